@@ -1,0 +1,181 @@
+/* ringcast._atomics: the few machine-level operations the pure-Python ring cannot express.
+ *
+ * - fence(): a sequentially consistent fence (mfence / dmb ish). CPython has no way to order
+ *   plain stores to a shared mapping; see docs/protocol.md, "Fences", for which protocol steps
+ *   need it and which TLC model shows what breaks without it.
+ * - load_u32 / fetch_add_u32: the eventcount words of the parking protocol (src/ringcast/waiting.py).
+ * - futex_wait / futex_wake: sleep on / wake a 32-bit word in the shared segment. The futex is
+ *   process-shared (no FUTEX_PRIVATE_FLAG) because the waiters live in other processes.
+ *
+ * Addresses are plain integers (from address_of) so a call costs one METH_FASTCALL dispatch.
+ * The caller guarantees the mapping outlives every call (RingBuffer.close() stops using them).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <errno.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static PyObject *
+fence(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
+static int
+get_addr(PyObject *obj, uint32_t **out)
+{
+    uintptr_t a = (uintptr_t)PyLong_AsUnsignedLongLong(obj);
+    if (PyErr_Occurred())
+        return -1;
+    if (a % 4 != 0) {
+        PyErr_Format(PyExc_ValueError, "address %p is not 4-byte aligned", (void *)a);
+        return -1;
+    }
+    *out = (uint32_t *)a;
+    return 0;
+}
+
+static PyObject *
+load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint32_t *p;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "load_u32(addr)");
+        return NULL;
+    }
+    if (get_addr(args[0], &p) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(__atomic_load_n(p, __ATOMIC_SEQ_CST));
+}
+
+static PyObject *
+fetch_add_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint32_t *p;
+    long delta;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fetch_add_u32(addr, delta)");
+        return NULL;
+    }
+    if (get_addr(args[0], &p) < 0)
+        return NULL;
+    delta = PyLong_AsLong(args[1]);
+    if (delta == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromUnsignedLong(__atomic_fetch_add(p, (uint32_t)delta, __ATOMIC_SEQ_CST));
+}
+
+/* futex_wait(addr, expected, timeout_seconds) -> 0 woken, 1 value differed, 2 timed out, 3 interrupted */
+static PyObject *
+futex_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+#ifdef __linux__
+    uint32_t *p;
+    unsigned long expected;
+    double timeout;
+    struct timespec ts;
+    long rc;
+    int err;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "futex_wait(addr, expected, timeout)");
+        return NULL;
+    }
+    if (get_addr(args[0], &p) < 0)
+        return NULL;
+    expected = PyLong_AsUnsignedLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    timeout = PyFloat_AsDouble(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!(timeout >= 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "futex_wait timeout must be >= 0");
+        return NULL;
+    }
+    ts.tv_sec = (time_t)timeout;
+    ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+    Py_BEGIN_ALLOW_THREADS
+    rc = syscall(SYS_futex, p, FUTEX_WAIT, (uint32_t)expected, &ts, NULL, 0);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc == 0)
+        return PyLong_FromLong(0);
+    if (err == EAGAIN)
+        return PyLong_FromLong(1);
+    if (err == ETIMEDOUT)
+        return PyLong_FromLong(2);
+    if (err == EINTR)
+        return PyLong_FromLong(3);
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+#else
+    PyErr_SetString(PyExc_NotImplementedError, "futex is Linux-only");
+    return NULL;
+#endif
+}
+
+static PyObject *
+futex_wake(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+#ifdef __linux__
+    uint32_t *p;
+    long n, rc;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "futex_wake(addr, n)");
+        return NULL;
+    }
+    if (get_addr(args[0], &p) < 0)
+        return NULL;
+    n = PyLong_AsLong(args[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    rc = syscall(SYS_futex, p, FUTEX_WAKE, (int)n, NULL, NULL, 0);
+    if (rc < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLong(rc);
+#else
+    PyErr_SetString(PyExc_NotImplementedError, "futex is Linux-only");
+    return NULL;
+#endif
+}
+
+static PyObject *
+address_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    PyObject *res;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "address_of(buffer)");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    res = PyLong_FromVoidPtr(view.buf);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"fence", (PyCFunction)(void (*)(void))fence, METH_FASTCALL, "Sequentially consistent memory fence."},
+    {"load_u32", (PyCFunction)(void (*)(void))load_u32, METH_FASTCALL, "Atomic 32-bit load."},
+    {"fetch_add_u32", (PyCFunction)(void (*)(void))fetch_add_u32, METH_FASTCALL, "Atomic fetch-and-add; returns the old value."},
+    {"futex_wait", (PyCFunction)(void (*)(void))futex_wait, METH_FASTCALL, "Sleep while *addr == expected."},
+    {"futex_wake", (PyCFunction)(void (*)(void))futex_wake, METH_FASTCALL, "Wake up to n sleepers on addr."},
+    {"address_of", (PyCFunction)(void (*)(void))address_of, METH_FASTCALL, "Address of a writable buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_atomics", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__atomics(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,70 @@
+"""Exception types. Each subclasses the builtin that callers already catch (attrs' style), and each
+message says what happened, with the values, and how to fix it (Hypothesis' tone)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "RingcastError",
+    "RingTimeoutError",
+    "Cancelled",
+    "ClosedError",
+    "RoleError",
+    "HandleError",
+    "LayoutError",
+    "ShmSpaceError",
+    "PeerDiedError",
+    "DeadReaderError",
+    "DeadWriterError",
+    "PayloadError",
+]
+
+
+class RingcastError(Exception):
+    """Base class of every ringcast error."""
+
+
+class RingTimeoutError(RingcastError, TimeoutError):
+    """A write or read waited longer than its ``timeout``. The message names the slot, the readers
+    that have not released it (for the writer) and the time waited."""
+
+
+class Cancelled(RingcastError):
+    """``shutdown()`` was called (possibly from another thread) while this side was waiting, or
+    before it started."""
+
+
+class ClosedError(RingcastError, RuntimeError):
+    """The object was used after ``close()``."""
+
+
+class RoleError(RingcastError, RuntimeError):
+    """A reader tried to write or a writer tried to read."""
+
+
+class HandleError(RingcastError, ValueError):
+    """A handle (or rank) does not describe a queue/segment this process can attach to."""
+
+
+class LayoutError(HandleError):
+    """The segment's header does not match: not a ringcast segment, another layout version, or
+    different parameters than the handle claims."""
+
+
+class ShmSpaceError(RingcastError, OSError):
+    """/dev/shm has not enough room for the segment."""
+
+
+class PeerDiedError(RingcastError):
+    """The process on the other side of the ring is dead; waiting for it would never end."""
+
+
+class DeadReaderError(PeerDiedError):
+    """The writer waited for a slot that a dead reader will never release."""
+
+
+class DeadWriterError(PeerDiedError):
+    """A reader waited for a message from a writer that is dead."""
+
+
+class PayloadError(RingcastError, ValueError):
+    """A message could not be serialized (at enqueue) or deserialized (at dequeue)."""

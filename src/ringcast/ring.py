@@ -1,0 +1,308 @@
+"""The shared-memory ring: one writer, ``n_reader`` readers, four states per chunk.
+
+Layout and states: :mod:`ringcast.layout`. The protocol, step by step, is the methods of
+:class:`RingWriter` and :class:`RingReader` below; each method named ``_writer_*`` or
+``_reader_*`` is one action of ``spec/Ring.tla`` with the same name in CamelCase, and the
+stateful tests (tests/stateful/) use the same names. Before each shared-memory access the code
+calls the step hook (:func:`set_step_hook`), which is ``None`` in production.
+
+Fences (``atomics.fence``, a sequentially consistent fence), each justified by a TLC model that
+fails without it on a relaxed (Arm-like) memory model; docs/protocol.md has the table:
+
+* F1 after the writer's claim loads: no payload store may be performed before the loads that
+  showed every reader done (a reader's copy must finish before the writer overwrites).
+* F2 after ``written := 0``: a reader must not see a cleared read flag while still seeing the
+  old ``written = 1`` of the previous lap.
+* F2b after the payload, before the read flags are cleared: a reader that sees its flag cleared
+  (and a stale ``written = 1``) must see the whole payload.
+* F3 before ``written := 1`` (release): payload and cleared flags visible before publication.
+* F4 after the reader's flag loads (acquire): the copy reads the payload published with them.
+* F5 before ``read_r := 1`` (release): the copy is complete before the writer may reuse the chunk.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from .atomics import address_of, fence
+from .errors import ClosedError, HandleError
+from .layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
+from .shm import SHM_DIR, Segment, process_alive, process_start_time
+
+__all__ = ["ShmRingBuffer", "RingWriter", "RingReader", "set_step_hook"]
+
+#: Called as ``_step_hook(action, side, index)`` before every shared-memory access of the
+#: protocol when not None (tests/stateful installs one; production leaves it None).
+_step_hook = None
+
+
+def set_step_hook(fn) -> None:
+    """Install (or, with None, remove) the process-wide step hook. Test-only."""
+    global _step_hook
+    _step_hook = fn
+
+
+def get_step_hook():
+    return _step_hook
+
+
+class ShmRingBuffer:
+    """The segment: ``ShmRingBuffer(n_reader, max_chunk_bytes, max_chunks)`` creates it (zeroed
+    metadata); ``ShmRingBuffer(..., name=NAME)`` attaches to an existing one and checks its header.
+
+    Pickles by handle (attaching in the unpickling process). ``close()`` unmaps (everyone);
+    ``unlink()`` removes the name (only the creator; a no-op elsewhere).
+    """
+
+    segment = None
+    _closed = True
+
+    def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, shm_dir: str = SHM_DIR) -> None:
+        layout = Layout(n_reader, max_chunk_bytes, max_chunks)
+        self.layout = layout
+        self.n_reader = n_reader
+        self.max_chunk_bytes = max_chunk_bytes
+        self.max_chunks = max_chunks
+        if name is None:
+            self.segment = Segment.create(layout.total_bytes, shm_dir=shm_dir)
+            # fallocate'd tmpfs pages read as zero: every chunk starts in state 00..0 (writable).
+            layout.write_header(self.segment.buf)
+        else:
+            self.segment = Segment.attach(name)
+            try:
+                layout.check_header(self.segment.buf, name)
+            except BaseException:
+                self.segment.close()
+                raise
+        self._closed = False
+        self.buf = self.segment.buf
+        self.base = address_of(self.buf)
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.segment.name
+
+    @property
+    def is_creator(self) -> bool:
+        return self.segment.created
+
+    def handle(self) -> tuple[int, int, int, str]:
+        """``(n_reader, max_chunk_bytes, max_chunks, name)``, as vLLM's ShmRingBuffer.handle()."""
+        return (self.n_reader, self.max_chunk_bytes, self.max_chunks, self.name)
+
+    def __reduce__(self):
+        return (ShmRingBuffer, self.handle())
+
+    # -- raw access ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"ShmRingBuffer {self.segment.name if self.segment else '?'} is closed")
+
+    def _check_index(self, i: int) -> None:
+        if not 0 <= i < self.max_chunks:
+            raise IndexError(f"chunk index {i} out of range for max_chunks={self.max_chunks}")
+
+    @contextmanager
+    def get_data(self, i: int):
+        """A memoryview of chunk ``i``'s ``max_chunk_bytes`` data bytes (released on exit)."""
+        self._check_open()
+        self._check_index(i)
+        off = self.layout.data(i)
+        with memoryview(self.buf)[off : off + self.max_chunk_bytes] as mv:
+            yield mv
+
+    @contextmanager
+    def get_metadata(self, i: int):
+        """A memoryview of chunk ``i``'s ``1 + n_reader`` flag bytes (released on exit)."""
+        self._check_open()
+        self._check_index(i)
+        off = self.layout.meta(i)
+        with memoryview(self.buf)[off : off + self.layout.meta_stride] as mv:
+            yield mv
+
+    def flags(self, i: int) -> bytes:
+        """Snapshot of chunk ``i``'s flags (diagnostics and tests)."""
+        self._check_open()
+        self._check_index(i)
+        off = self.layout.meta(i)
+        return self.buf[off : off + self.layout.meta_stride]
+
+    def addr(self, offset: int) -> int:
+        return self.base + offset
+
+    # -- process table ----------------------------------------------------------------------------
+    def register_writer(self) -> None:
+        Layout.write_process(self.buf, WRITER_PID, os.getpid(), process_start_time())
+
+    def register_reader(self, r: int) -> None:
+        Layout.write_process(self.buf, Layout.reader_entry(r), os.getpid(), process_start_time())
+
+    def writer_process(self) -> tuple[int, int]:
+        return Layout.read_process(self.buf, WRITER_PID)
+
+    def reader_process(self, r: int) -> tuple[int, int]:
+        return Layout.read_process(self.buf, Layout.reader_entry(r))
+
+    def dead_readers(self, readers) -> list[tuple[int, int]]:
+        """``[(reader, pid)]`` among ``readers`` that registered and are no longer alive."""
+        out = []
+        for r in readers:
+            pid, start = self.reader_process(r)
+            if pid and not process_alive(pid, start):
+                out.append((r, pid))
+        return out
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap this process's view. Idempotent; every process calls it."""
+        if self._closed:
+            return
+        self._closed = True
+        self.buf = None
+        self.segment.close()
+
+    def unlink(self) -> None:
+        """Remove the segment's name (creator only; attached processes keep their mapping)."""
+        if self.segment is not None and self.segment.created:
+            self.segment.unlink()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("creator" if self.is_creator else "attached")
+        return (
+            f"<ShmRingBuffer {self.segment.name if self.segment else '?'} n_reader={self.n_reader} "
+            f"max_chunk_bytes={self.max_chunk_bytes} max_chunks={self.max_chunks} {state}>"
+        )
+
+    # -- wait words -------------------------------------------------------------------------------
+    def write_seq_addrs(self) -> tuple[int, int]:
+        """(seq, waiters) addresses readers park on."""
+        return self.base + WRITE_SEQ, self.base + READER_WAITERS
+
+    def read_seq_addrs(self) -> tuple[int, int]:
+        """(seq, waiters) addresses the writer parks on."""
+        return self.base + READ_SEQ, self.base + WRITER_WAITERS
+
+
+class RingWriter:
+    """The writer's cursor. Invariant: ``index`` is the chunk it writes next; it moves only in
+    ``_writer_publish`` and only by one."""
+
+    def __init__(self, ring: ShmRingBuffer) -> None:
+        self.ring = ring
+        self.index = 0
+        self._all_read = b"\x01" * ring.n_reader
+        self._readers = range(ring.n_reader)
+
+    # Spec: WriterClaim
+    def _writer_claim(self) -> bool:
+        """Is the chunk at ``index`` writable (``0?..?``) or read by all (``11..1``)?"""
+        if _step_hook is not None:
+            _step_hook("WriterClaim", "writer", self.index)
+        buf = self.ring.buf
+        m = self.ring.layout.meta(self.index)
+        flags = buf[m : m + 1 + self.ring.n_reader]
+        fence()  # F1
+        return flags[0] == 0 or flags[1:] == self._all_read
+
+    # Spec: WriterClearWritten
+    def _writer_clear_written(self) -> None:
+        if _step_hook is not None:
+            _step_hook("WriterClearWritten", "writer", self.index)
+        self.ring.buf[self.ring.layout.meta(self.index)] = 0
+        fence()  # F2
+
+    # Spec: WriterWritePayload
+    def _writer_write_payload(self, offset: int, data) -> None:
+        """Store ``data`` at ``offset`` of the claimed chunk (the queue calls it once per part)."""
+        if _step_hook is not None:
+            _step_hook("WriterWritePayload", "writer", self.index)
+        start = self.ring.layout.data(self.index) + offset
+        self.ring.buf[start : start + len(data)] = data
+
+    # Spec: WriterClearReadFlag
+    def _writer_clear_read_flag(self, r: int) -> None:
+        if _step_hook is not None:
+            _step_hook("WriterClearReadFlag", "writer", self.index)
+        self.ring.buf[self.ring.layout.meta(self.index) + 1 + r] = 0
+
+    # Spec: WriterPublish
+    def _writer_publish(self) -> None:
+        if _step_hook is not None:
+            _step_hook("WriterPublish", "writer", self.index)
+        fence()  # F3
+        self.ring.buf[self.ring.layout.meta(self.index)] = 1
+        self.index = (self.index + 1) % self.ring.max_chunks
+
+    def begin(self) -> None:
+        """After a successful claim: ``written := 0``."""
+        self._writer_clear_written()
+
+    def finish(self) -> None:
+        """After the payload: clear every read flag, then publish (the order the spec proves)."""
+        fence()  # F2b
+        for r in self._readers:
+            self._writer_clear_read_flag(r)
+        self._writer_publish()
+
+    def data_view(self):
+        off = self.ring.layout.data(self.index)
+        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
+
+    def unread_readers(self) -> list[int]:
+        flags = self.ring.flags(self.index)
+        if flags[0] == 0:
+            return []
+        return [r for r in self._readers if flags[1 + r] == 0]
+
+
+class RingReader:
+    """Reader ``r``'s cursor. Invariant: ``index`` is the chunk it reads next; it moves only in
+    ``_reader_ack`` and only by one."""
+
+    def __init__(self, ring: ShmRingBuffer, r: int) -> None:
+        if not 0 <= r < ring.n_reader:
+            raise HandleError(f"reader index {r} out of range for n_reader={ring.n_reader}")
+        self.ring = ring
+        self.r = r
+        self.index = 0
+
+    # Spec: ReaderLoadWritten
+    def _reader_load_written(self) -> int:
+        if _step_hook is not None:
+            _step_hook("ReaderLoadWritten", self.r, self.index)
+        return self.ring.buf[self.ring.layout.meta(self.index)]
+
+    # Spec: ReaderLoadReadFlag
+    def _reader_load_read_flag(self) -> int:
+        if _step_hook is not None:
+            _step_hook("ReaderLoadReadFlag", self.r, self.index)
+        return self.ring.buf[self.ring.layout.meta(self.index) + 1 + self.r]
+
+    def ready(self) -> bool:
+        """Is the chunk at ``index`` written and not yet read by us?"""
+        if self._reader_load_written() != 1 or self._reader_load_read_flag() != 0:
+            return False
+        fence()  # F4
+        return True
+
+    # Spec: ReaderCopy
+    def _reader_copy(self):
+        """A memoryview of the chunk to read from; the caller copies out what it needs."""
+        if _step_hook is not None:
+            _step_hook("ReaderCopy", self.r, self.index)
+        off = self.ring.layout.data(self.index)
+        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
+
+    # Spec: ReaderAck
+    def _reader_ack(self) -> None:
+        if _step_hook is not None:
+            _step_hook("ReaderAck", self.r, self.index)
+        fence()  # F5
+        self.ring.buf[self.ring.layout.meta(self.index) + 1 + self.r] = 1
+        self.index = (self.index + 1) % self.ring.max_chunks

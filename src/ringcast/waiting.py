@@ -1,0 +1,235 @@
+"""How a side waits: spin briefly, then park on an eventcount in the segment, never losing a wake-up.
+
+Rationale
+---------
+A reader of an inference engine's control ring sees two regimes: back-to-back messages during a
+busy step (the next one arrives within microseconds) and idle gaps (milliseconds to hours). A
+pure ``sched_yield`` spinner (vLLM's ``_spin_wait``) serves the first well and the second badly:
+it burns a core per reader while the engine is idle, and on a 2-core machine three spinning
+readers starve the writer they wait for. A pure sleeper pays a kernel wake-up (tens of
+microseconds) on every message. So a waiter spins for ``spin`` seconds (``os.sched_yield``
+between looks), then parks in the kernel until the other side publishes.
+
+The primitive is a futex on a 32-bit word inside the segment (``write_seq`` for readers,
+``read_seq`` for the writer, see :mod:`ringcast.layout`), used as an *eventcount*:
+
+waiter (``Waiter.wait``)                          notifier (``EventCount.notify``)
+  ParkSnapshot   s := seq                           (the publishing store: written := 1, or read_r := 1)
+  ParkAnnounce   waiters += 1   (atomic, full fence) NotifyLoadWaiters  fence; n := waiters
+  ParkRecheck    ready? -> retire, return            NotifyWake   if n > 0: seq += 1; futex_wake(seq)
+  ParkSleep      futex_wait(seq, s)  (sleeps only while seq == s)
+  ParkRetire     waiters -= 1, loop
+
+A notifier that sees no waiter skips both the atomic increment and the system call, so the busy
+path costs one fence and one load. No wake-up is lost: if the notifier read ``waiters == 0``, its
+load came before the waiter's announce (both are ordered by full fences), so the waiter's
+re-check, which comes after its announce, sees the published chunk. If the notifier saw the
+waiter, it bumps ``seq`` after the waiter's snapshot, so ``futex_wait`` either returns at once
+(value changed) or is woken. spec/ models exactly these steps (MCPark*.cfg) and refutes the
+variant without ParkRecheck.
+
+Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
+out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
+timeout by microseconds) and ``recheck_hits`` counts it. It should stay 0; the stress suite
+reports it, and a test drops a notification on purpose to show the cap recovers it.
+
+Why a futex and not the alternatives (numbers in docs/performance.md, measured by
+``ringcast bench --wake``): a named POSIX semaphore needs one post per sleeper and leaks its
+name if a process dies; an eventfd cannot be shared through a name, only by passing fds; a ZeroMQ
+notify socket costs a socket round trip (~30-60 us) and an I/O thread per process. A futex word
+lives in the segment we already share, costs nothing when nobody sleeps, wakes all sleepers with
+one call, and vanishes with the segment.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from . import atomics
+from .atomics import HAVE_FUTEX, TIMED_OUT, fence, fetch_add_u32, futex_wait, futex_wake, load_u32
+from .errors import Cancelled
+
+__all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN"]
+
+#: Default spin budget before parking (seconds). Covers the gap between back-to-back messages of
+#: one engine step (a few microseconds to ~100 us) without burning a core across idle gaps;
+#: see docs/performance.md for the measurement behind it.
+DEFAULT_SPIN = 100e-6
+DEFAULT_RECHECK = 0.1
+DEFAULT_WARN = 60.0
+_WAKE_ALL = 0x7FFFFFFF
+
+
+def _check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v) or v < 0 or (v == 0 and not allow_zero):
+        low = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number of seconds {low}, got {value!r}")
+    return v
+
+
+def check_timeout(timeout: object) -> float | None:
+    """Validate a per-call timeout: None (wait forever) or a finite number of seconds >= 0."""
+    if timeout is None:
+        return None
+    return _check_seconds("timeout", timeout)
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long to spin before parking, how often a parked side re-checks on its own (second line
+    of defence and dead-peer check), and how often a long wait is logged."""
+
+    spin: float = DEFAULT_SPIN
+    recheck_interval: float = DEFAULT_RECHECK
+    warn_interval: float = DEFAULT_WARN
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spin", _check_seconds("spin", self.spin))
+        object.__setattr__(self, "recheck_interval", _check_seconds("recheck_interval", self.recheck_interval, allow_zero=False))
+        object.__setattr__(self, "warn_interval", _check_seconds("warn_interval", self.warn_interval, allow_zero=False))
+
+
+class Counters:
+    """Mutable counters of one queue side (snapshotted by ``MessageQueue.statistics()``)."""
+
+    __slots__ = ("waits", "spins", "parks", "wakeups", "recheck_hits", "timeouts")
+
+    def __init__(self) -> None:
+        self.waits = self.spins = self.parks = self.wakeups = self.recheck_hits = self.timeouts = 0
+
+
+class EventCount:
+    """A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping."""
+
+    __slots__ = ("seq", "waiters", "counters", "drop_wakes")
+
+    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters) -> None:
+        self.seq = seq_addr
+        self.waiters = waiters_addr
+        self.counters = counters
+        #: Fault injection for tests: the next ``drop_wakes`` notifications are silently skipped.
+        self.drop_wakes = 0
+
+    # -- waiter side ---------------------------------------------------------------------------
+    def _park_snapshot(self) -> int:
+        return load_u32(self.seq)
+
+    def _park_announce(self) -> None:
+        fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence before ParkRecheck
+
+    def _park_sleep(self, snapshot: int, timeout: float) -> int:
+        self.counters.parks += 1
+        return futex_wait(self.seq, snapshot, timeout)
+
+    def _park_retire(self) -> None:
+        fetch_add_u32(self.waiters, -1)
+
+    # -- notifier side -------------------------------------------------------------------------
+    def _notify_load_waiters(self) -> int:
+        # Full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
+        # read `waiters` (store->load order, which even x86 does not give without a fence).
+        fence()
+        return load_u32(self.waiters)
+
+    def _notify_wake(self) -> None:
+        if self.drop_wakes:
+            self.drop_wakes -= 1
+            return
+        fetch_add_u32(self.seq, 1)
+        futex_wake(self.seq, _WAKE_ALL)
+        self.counters.wakeups += 1
+
+    def notify(self) -> None:
+        if self._notify_load_waiters():
+            self._notify_wake()
+
+    def wake_all(self) -> None:
+        """Wake every sleeper unconditionally (used by shutdown; sleepers re-check and see why)."""
+        if HAVE_FUTEX:
+            fetch_add_u32(self.seq, 1)
+            futex_wake(self.seq, _WAKE_ALL)
+
+
+class Waiter:
+    """The waiting loop of one side. ``cancelled`` is a one-element list so that ``shutdown()``
+    from another thread is seen at the next look."""
+
+    __slots__ = ("policy", "counters", "cancelled")
+
+    def __init__(self, policy: WaitPolicy, counters: Counters, cancelled: list) -> None:
+        self.policy = policy
+        self.counters = counters
+        self.cancelled = cancelled
+
+    def _park_recheck(self, ready) -> bool:
+        return ready()
+
+    def wait(self, ready, ec: EventCount | None, timeout: float | None, on_timeout, on_idle, what: str) -> None:
+        """Return once ``ready()`` is true.
+
+        ``on_timeout(waited)`` builds the exception raised after ``timeout`` seconds;
+        ``on_idle(waited)`` runs about every ``recheck_interval`` while parked (dead-peer checks
+        and the periodic long-wait log; it may raise). ``ec`` None means "no futex": park by
+        timed sleeps.
+        """
+        c = self.counters
+        c.waits += 1
+        p = self.policy
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        spin_end = start + p.spin
+        cancelled = self.cancelled
+        yield_ = os.sched_yield
+        # Spin phase.
+        while True:
+            if cancelled[0]:
+                raise Cancelled(f"{what}: shutdown() was called while waiting")
+            if ready():
+                return
+            now = time.monotonic()
+            if now >= spin_end or (deadline is not None and now >= deadline):
+                break
+            c.spins += 1
+            yield_()
+        # Park phase.
+        use_futex = ec is not None and HAVE_FUTEX
+        while True:
+            if cancelled[0]:
+                raise Cancelled(f"{what}: shutdown() was called while waiting")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if ready():
+                    return
+                c.timeouts += 1
+                raise on_timeout(now - start)
+            on_idle(now - start)
+            nap = p.recheck_interval if deadline is None else min(p.recheck_interval, deadline - now)
+            if not use_futex:
+                c.parks += 1
+                time.sleep(min(nap, 1e-3))
+                if ready():
+                    return
+                continue
+            s = ec._park_snapshot()
+            ec._park_announce()
+            try:
+                if self._park_recheck(ready):
+                    return
+                if cancelled[0]:
+                    continue
+                rc = ec._park_sleep(s, nap)
+            finally:
+                ec._park_retire()
+            if ready():
+                if rc == TIMED_OUT and ec._park_snapshot() == s:
+                    c.recheck_hits += 1
+                return
+
+
+assert atomics  # re-exported for tests that want to look at NATIVE

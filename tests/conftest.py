@@ -1,0 +1,40 @@
+"""Shared fixtures: every test checks that it leaves no shared-memory segment behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.register_profile("stress", deadline=None, max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+SHM_DIR = "/dev/shm"
+
+
+def _ringcast_segments() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith("ringcast_")}
+    except FileNotFoundError:  # pragma: no cover - non-Linux
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_shm_leak():
+    """Fail a test that leaves a ringcast segment in /dev/shm (segments of concurrently running
+    xdist workers carry their pid in the name, so we only look at those this process made or
+    whose creating pid is gone)."""
+    before = _ringcast_segments()
+    yield
+    leaked = sorted(_ringcast_segments() - before)
+    mine = [n for n in leaked if n.split("_")[1] == str(os.getpid())]
+    if mine:
+        for n in mine:
+            try:
+                os.unlink(os.path.join(SHM_DIR, n))
+            except FileNotFoundError:
+                pass
+        pytest.fail(f"test leaked shared-memory segments: {mine}")
