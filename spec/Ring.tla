@@ -1,0 +1,509 @@
+-------------------------------- MODULE Ring --------------------------------
+(***************************************************************************)
+(* ringcast: single-writer / multi-reader shared-memory broadcast ring.    *)
+(*                                                                         *)
+(* One segment: N chunks of payload plus, per chunk, one "written" byte    *)
+(* and one "read" byte per reader.  One writer process, readers 0..NR-1.   *)
+(* Every action below is ONE non-atomic step of the implementation and is  *)
+(* tagged with the function it models:                                     *)
+(*     \* file.py::Class._method                                           *)
+(* (tests/test_spec.py checks that those functions exist).  Actions that   *)
+(* model the hardware or the environment (store-buffer drains, the end of  *)
+(* a finite run) carry no such tag.                                        *)
+(*                                                                         *)
+(* The same module covers four layers, switched by CONSTANTS (see the      *)
+(* MC*.tla / *.cfg files and spec/README.md):                              *)
+(*   - the ring protocol and its broken variants (Order, SkipReader,       *)
+(*     InitWritten / InitRead),                                            *)
+(*   - the overflow channel (Big, SendOverflow position, RecvMode),        *)
+(*   - the memory model (MM = "SC" | "TSO" | "RELAXED", fences F1..F7),    *)
+(*   - the eventcount parking protocol (Parking, Recheck, F6W, F6N).       *)
+(***************************************************************************)
+EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
+
+CONSTANTS
+    N,              \* number of chunks (max_chunks)
+    NR,             \* number of readers
+    M,              \* number of messages the writer sends (bound)
+    Order,          \* writer steps after WriterClaim, a sequence over Steps
+    SkipReader,     \* broken reader: advances when written=1 and own flag=1
+    InitWritten,    \* initial value of every written byte (0 = zero-filled)
+    InitRead,       \* initial value of every read byte    (0 = zero-filled)
+    TwoStepPayload, \* payload store is non-atomic (a torn value is visible)
+    Big,            \* messages (subset of 1..M) that overflow (marker byte 1)
+    RecvMode,       \* reader overflow receive: "block" | "owed" | "giveup"
+    TimeoutAnytime, \* a receive may time out although the payload is queued
+    MM,             \* memory model: "SC" | "TSO" | "RELAXED"
+    F1, F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
+    Parking,        \* waiters really sleep on the eventcount (no spinning)
+    Recheck         \* the eventcount waiter re-checks after announcing
+
+Chunks  == 0 .. N - 1
+Readers == 0 .. NR - 1
+Wr      == NR                   \* process id of the writer
+Procs   == 0 .. NR              \* readers and the writer
+Msgs    == 1 .. M
+Steps   == {"clear_written", "payload", "clear_flags", "publish", "send"}
+
+ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
+       /\ Order \in Seq(Steps) /\ Len(Order) > 0
+       /\ \A a, b \in 1 .. Len(Order) : Order[a] = Order[b] => a = b
+       /\ InitWritten \in {0, 1} /\ InitRead \in {0, 1}
+       /\ Big \subseteq Msgs
+       /\ RecvMode \in {"block", "owed", "giveup"}
+       /\ MM \in {"SC", "TSO", "RELAXED"}
+       /\ \A b \in {SkipReader, TwoStepPayload, TimeoutAnytime, F1, F2, F3,
+                    F4, F5, F6W, F6N, F7, Parking, Recheck} : b \in BOOLEAN
+
+(* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
+WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
+RAddr(c, r) == <<"R", c, r>>      \* read byte of reader r in chunk c
+DAddr(c)    == <<"D", c, -1>>     \* payload of chunk c
+
+(* Payload values: 0 = zero-filled memory, m = message m, -m = message m   *)
+(* half written (torn).  Byte 0 of a payload is the overflow marker, which *)
+(* is 1 exactly for the messages in Big.                                   *)
+Marker(v) == IF v \in Big THEN 1 ELSE 0
+Abs(v)    == IF v < 0 THEN -v ELSE v
+
+VARIABLES
+    written,   \* [Chunks -> {0,1}]              memory: written bytes
+    rflag,     \* [Chunks -> [Readers -> {0,1}]] memory: read bytes
+    data,      \* [Chunks -> Int]                memory: payloads
+    sb,        \* [Procs -> Seq(<<addr, value>>)] store buffers (TSO/RELAXED)
+    pc,        \* [Procs -> STRING]              program counters
+    w,         \* writer's chunk index
+    msg,       \* number of the message the writer is sending
+    wk,        \* index into Order of the writer's current step (0 = claim)
+    wr,        \* next reader whose read byte WriterClearReadFlag clears
+    i,         \* [Readers -> Chunks]            readers' chunk indices
+    seen,      \* [Readers -> {0,1}]             written byte as last loaded
+    mk,        \* [Readers -> BOOLEAN]           copied an overflow marker
+    win,       \* [Readers -> SUBSET Int]  payload values an early (hoisted)
+               \*   load may return (RELAXED without F4 only)
+    ncopied,   \* [Readers -> Nat]               chunks copied so far
+    recv,      \* [Readers -> Seq(Int)]  history: what each reader delivered
+    sent,      \* Seq(Msgs)              history: payloads the writer wrote
+    fifo,      \* [Readers -> Seq(Msgs)]  overflow channel (ZeroMQ PUB/SUB)
+    seq,       \* eventcount sequence word (futex word)
+    waiters,   \* eventcount waiter count
+    snap,      \* [Procs -> Nat]     seq as snapshotted by ParkSnapshot
+    pready     \* [Procs -> BOOLEAN] ring condition when the park began
+               \*   (a hoisted recheck load may return it; RELAXED, no F6W)
+
+mem    == <<written, rflag, data>>
+wvars  == <<w, msg, wk, wr>>
+rvars  == <<i, seen, mk, win, ncopied>>
+hvars  == <<recv, sent>>
+evars  == <<seq, waiters, snap, pready>>
+vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars>>
+
+-----------------------------------------------------------------------------
+(***************************** memory model *******************************)
+(* SC: a store goes straight to memory.  TSO and RELAXED: a store goes to  *)
+(* the storing process's buffer; Drain moves an entry to memory.  TSO      *)
+(* drains in FIFO order; RELAXED may drain any entry whose address has no  *)
+(* older entry (stores to different addresses become visible out of       *)
+(* order).  A load returns the newest own buffered store to the address,   *)
+(* else memory.  A release/full fence is modelled as "own buffer empty".   *)
+(* RELAXED also lets the reader's payload load be hoisted above its flag   *)
+(* loads when F4 is missing (win), lets its ack store become visible       *)
+(* before the copy when F5 is missing, and lets the parking recheck use a  *)
+(* value from before ParkAnnounce when F6W is missing.                     *)
+
+WinOn     == MM = "RELAXED" /\ ~F4
+EarlyAck  == MM = "RELAXED" /\ ~F5
+StaleRChk == MM = "RELAXED" /\ ~F6W
+
+MemVal(a) == CASE a[1] = "W" -> written[a[2]]
+               [] a[1] = "R" -> rflag[a[2]][a[3]]
+               [] a[1] = "D" -> data[a[2]]
+
+Load(p, a) ==
+    LET pend == SelectSeq(sb[p], LAMBDA e : e[1] = a)
+    IN  IF pend # << >> THEN pend[Len(pend)][2] ELSE MemVal(a)
+
+BufEmpty(p) == sb[p] = << >>
+
+\* A payload value reaching memory is added to the hoisting window of every
+\* reader that is between its load of written and its copy of that chunk.
+WinAdd(c, v) ==
+    IF WinOn
+    THEN win' = [r \in Readers |->
+                   IF i[r] = c /\ pc[r] \in {"load_r", "copy"}
+                   THEN win[r] \cup {v} ELSE win[r]]
+    ELSE UNCHANGED win
+
+\* Apply a store to memory (primes written, rflag, data and win).
+Apply(a, v) ==
+    CASE a[1] = "W" -> /\ written' = [written EXCEPT ![a[2]] = v]
+                       /\ UNCHANGED <<rflag, data, win>>
+      [] a[1] = "R" -> /\ rflag' = [rflag EXCEPT ![a[2]][a[3]] = v]
+                       /\ UNCHANGED <<written, data, win>>
+      [] a[1] = "D" -> /\ data' = [data EXCEPT ![a[2]] = v]
+                       /\ WinAdd(a[2], v)
+                       /\ UNCHANGED <<written, rflag>>
+
+\* Process p stores v at a (primes written, rflag, data, win, sb).
+Store(p, a, v) ==
+    IF MM = "SC"
+    THEN Apply(a, v) /\ UNCHANGED sb
+    ELSE /\ sb' = [sb EXCEPT ![p] = Append(@, <<a, v>>)]
+         /\ UNCHANGED <<written, rflag, data, win>>
+
+RemoveAt(s, k) == SubSeq(s, 1, k - 1) \o SubSeq(s, k + 1, Len(s))
+
+\* Hardware: one buffered store of p becomes visible (no code counterpart).
+Drain(p) ==
+    \E k \in 1 .. Len(sb[p]) :
+        /\ MM = "TSO" => k = 1
+        /\ \A j \in 1 .. k - 1 : sb[p][j][1] # sb[p][k][1]
+        /\ Apply(sb[p][k][1], sb[p][k][2])
+        /\ sb' = [sb EXCEPT ![p] = RemoveAt(@, k)]
+        /\ UNCHANGED <<pc, wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+-----------------------------------------------------------------------------
+(****************************** ring conditions ****************************)
+
+\* WriterClaim's test: chunk never written / reclaimed, or read by everyone.
+Claimable == Load(Wr, WAddr(w)) = 0 \/ \A r \in Readers : Load(Wr, RAddr(w, r)) = 1
+
+\* A reader's test: written and not yet read by this reader.
+ReaderReady(r) == Load(r, WAddr(i[r])) = 1 /\ Load(r, RAddr(i[r], r)) = 0
+
+Ready(p) == IF p = Wr THEN Claimable ELSE ReaderReady(p)
+
+\* Where a process continues after parking / after notifying.
+LoopTop(p) == IF p = Wr THEN "claim" ELSE "load_w"
+AfterNotify(p) == IF p = Wr THEN (IF msg > M THEN "done" ELSE "claim")
+                  ELSE (IF mk[p] THEN "recv" ELSE "load_w")
+
+-----------------------------------------------------------------------------
+(********************************* writer **********************************)
+
+\* Fences in front of the first store of the current step.
+WNeedDrain ==
+    \/ F2 /\ wk > 1 /\ Order[wk - 1] = "clear_written" /\ pc[Wr] # "payload_end"
+                    /\ (pc[Wr] = "clear_flags" => wr = 0)
+    \/ F3 /\ pc[Wr] = "publish"
+    \/ F7 /\ pc[Wr] = "clear_flags" /\ wr = 0
+WFenceOK == WNeedDrain => BufEmpty(Wr)
+
+\* Go on with the next step of Order; after the last one the message is
+\* done: advance to the next chunk (and notify when waiters really sleep).
+WNextStep ==
+    IF wk < Len(Order)
+    THEN /\ wk' = wk + 1
+         /\ pc' = [pc EXCEPT ![Wr] = Order[wk + 1]]
+         /\ UNCHANGED <<w, msg>>
+    ELSE /\ wk' = 0
+         /\ w' = (w + 1) % N
+         /\ msg' = msg + 1
+         /\ pc' = [pc EXCEPT ![Wr] = IF Parking THEN "notify_load"
+                                     ELSE IF msg + 1 > M THEN "done" ELSE "claim"]
+
+\* ring.py::RingWriter._writer_claim
+WriterClaim ==
+    /\ pc[Wr] = "claim"
+    /\ msg <= M
+    /\ IF Claimable
+       THEN /\ wk' = 1 /\ wr' = 0
+            /\ pc' = [pc EXCEPT ![Wr] = Order[1]]
+       ELSE /\ Parking        \* without parking the writer keeps spinning here
+            /\ pc' = [pc EXCEPT ![Wr] = "park_snap"]
+            /\ UNCHANGED <<wk, wr>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, evars>>
+
+\* ring.py::RingWriter._writer_clear_written
+WriterClearWritten ==
+    /\ pc[Wr] = "clear_written"
+    /\ WFenceOK
+    /\ Store(Wr, WAddr(w), 0)
+    /\ WNextStep
+    /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* ring.py::RingWriter._writer_write_payload
+WriterWritePayload ==
+    \/ /\ pc[Wr] = "payload"
+       /\ WFenceOK
+       /\ IF TwoStepPayload
+          THEN /\ Store(Wr, DAddr(w), -msg)        \* first half: torn
+               /\ pc' = [pc EXCEPT ![Wr] = "payload_end"]
+               /\ UNCHANGED <<w, msg, wk, sent>>
+          ELSE /\ Store(Wr, DAddr(w), msg)
+               /\ sent' = Append(sent, msg)
+               /\ WNextStep
+       /\ UNCHANGED <<wr, i, seen, mk, ncopied, recv, fifo, evars>>
+    \/ /\ pc[Wr] = "payload_end"                    \* second half: complete
+       /\ Store(Wr, DAddr(w), msg)
+       /\ sent' = Append(sent, msg)
+       /\ WNextStep
+       /\ UNCHANGED <<wr, i, seen, mk, ncopied, recv, fifo, evars>>
+
+\* ring.py::RingWriter._writer_clear_read_flag
+WriterClearReadFlag ==
+    /\ pc[Wr] = "clear_flags"
+    /\ WFenceOK
+    /\ Store(Wr, RAddr(w, wr), 0)                 \* one reader byte per step
+    /\ IF wr + 1 < NR
+       THEN wr' = wr + 1 /\ UNCHANGED <<pc, w, msg, wk>>
+       ELSE wr' = 0 /\ WNextStep
+    /\ UNCHANGED <<i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* queue.py::MessageQueue._writer_send_overflow
+WriterSendOverflow ==
+    /\ pc[Wr] = "send"
+    /\ fifo' = IF msg \in Big
+               THEN [r \in Readers |-> Append(fifo[r], msg)]
+               ELSE fifo
+    /\ WNextStep
+    /\ UNCHANGED <<mem, sb, wr, rvars, hvars, evars>>
+
+\* ring.py::RingWriter._writer_publish
+WriterPublish ==
+    /\ pc[Wr] = "publish"
+    /\ WFenceOK
+    /\ Store(Wr, WAddr(w), 1)
+    /\ WNextStep
+    /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+-----------------------------------------------------------------------------
+(********************************* readers *********************************)
+
+\* ring.py::RingReader._reader_load_written
+ReaderLoadWritten(r) ==
+    /\ pc[r] = "load_w"
+    /\ seen' = [seen EXCEPT ![r] = Load(r, WAddr(i[r]))]
+    /\ win'  = IF WinOn THEN [win EXCEPT ![r] = {data[i[r]]}] ELSE win
+    /\ pc'   = [pc EXCEPT ![r] = "load_r"]
+    /\ UNCHANGED <<mem, sb, wvars, i, mk, ncopied, hvars, fifo, evars>>
+
+\* ring.py::RingReader._reader_load_read_flag
+ReaderLoadReadFlag(r) ==
+    /\ pc[r] = "load_r"
+    /\ LET f == Load(r, RAddr(i[r], r)) IN
+       IF seen[r] = 1 /\ f = 0
+       THEN pc' = [pc EXCEPT ![r] = "copy"] /\ UNCHANGED i
+       ELSE IF SkipReader /\ seen[r] = 1 /\ f = 1
+       THEN /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]     \* broken: skip chunk
+            /\ pc' = [pc EXCEPT ![r] = "load_w"]
+       ELSE /\ pc' = [pc EXCEPT ![r] = IF Parking THEN "park_snap" ELSE "load_w"]
+            /\ UNCHANGED i
+    /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, evars>>
+
+\* Deliver a copied payload value (an overflow marker delivers later).
+Deliver(r, v) ==
+    /\ ncopied' = [ncopied EXCEPT ![r] = @ + 1]
+    /\ IF Marker(v) = 1
+       THEN mk' = [mk EXCEPT ![r] = TRUE] /\ UNCHANGED recv
+       ELSE recv' = [recv EXCEPT ![r] = Append(@, v)] /\ UNCHANGED mk
+
+AfterAck(r) == IF Parking THEN "notify_load" ELSE AfterNotify(r)
+
+\* ring.py::RingReader._reader_copy
+ReaderCopy(r) ==
+    /\ pc[r] \in {"copy", "copy_late"}
+    /\ \E v \in (IF WinOn THEN win[r] ELSE {}) \cup {data[i[r]]} :
+          Deliver(r, v)
+    /\ IF pc[r] = "copy"
+       THEN pc' = [pc EXCEPT ![r] = "ack"] /\ UNCHANGED i
+       ELSE /\ i' = [i EXCEPT ![r] = (@ + 1) % N]    \* acked already
+            /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
+    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars>>
+
+\* ring.py::RingReader._reader_ack
+ReaderAck(r) ==
+    \/ /\ pc[r] = "ack"
+       /\ F5 => BufEmpty(r)
+       /\ Store(r, RAddr(i[r], r), 1)
+       /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]
+       /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
+       /\ UNCHANGED <<wvars, seen, mk, ncopied, hvars, fifo, evars>>
+    \/ /\ pc[r] = "copy" /\ EarlyAck   \* RELAXED, no F5: ack before the copy
+       /\ Store(r, RAddr(i[r], r), 1)
+       /\ pc' = [pc EXCEPT ![r] = "copy_late"]
+       /\ UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* queue.py::MessageQueue._reader_recv_overflow
+ReaderRecvOverflow(r) ==
+    /\ pc[r] \in {"recv", "owed"}
+    /\ \/ /\ fifo[r] # << >>                    \* receive the payload
+          /\ recv' = [recv EXCEPT ![r] = Append(@, Head(fifo[r]))]
+          /\ fifo' = [fifo EXCEPT ![r] = Tail(@)]
+          /\ mk'   = [mk EXCEPT ![r] = FALSE]
+          /\ pc'   = [pc EXCEPT ![r] = "load_w"]
+       \/ /\ pc[r] = "recv"                     \* the receive times out
+          /\ RecvMode # "block"
+          /\ TimeoutAnytime \/ fifo[r] = << >>
+          /\ mk' = [mk EXCEPT ![r] = FALSE]
+          /\ pc' = [pc EXCEPT ![r] = IF RecvMode = "owed"
+                                     THEN "owed"      \* payload still owed
+                                     ELSE "load_w"]   \* broken: gives up
+          /\ UNCHANGED <<recv, fifo>>
+    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, ncopied, sent, evars>>
+
+-----------------------------------------------------------------------------
+(************************* eventcount (waiting.py) *************************)
+
+\* waiting.py::EventCount._park_snapshot
+ParkSnapshot(p) ==
+    /\ pc[p] = "park_snap"
+    /\ snap' = [snap EXCEPT ![p] = seq]
+    /\ pready' = IF StaleRChk THEN [pready EXCEPT ![p] = Ready(p)] ELSE pready
+    /\ pc' = [pc EXCEPT ![p] = "park_announce"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, waiters>>
+
+\* waiting.py::EventCount._park_announce
+ParkAnnounce(p) ==
+    /\ pc[p] = "park_announce"
+    /\ BufEmpty(p)          \* atomic read-modify-write: drains the buffer
+    /\ waiters' = waiters + 1
+    /\ pc' = [pc EXCEPT ![p] = IF Recheck THEN "park_recheck" ELSE "park_sleep"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, snap, pready>>
+
+\* waiting.py::EventCount._park_recheck
+ParkRecheck(p) ==
+    /\ pc[p] = "park_recheck"
+    /\ \E ready \in IF StaleRChk THEN {Ready(p), pready[p]} ELSE {Ready(p)} :
+          pc' = [pc EXCEPT ![p] = IF ready THEN "park_retire" ELSE "park_sleep"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+
+\* waiting.py::EventCount._park_sleep
+ParkSleep(p) ==
+    /\ pc[p] = "park_sleep"
+    /\ seq # snap[p]        \* futex_wait blocks while seq = snapshot
+    /\ pc' = [pc EXCEPT ![p] = "park_retire"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+
+\* waiting.py::EventCount._park_retire
+ParkRetire(p) ==
+    /\ pc[p] = "park_retire"
+    /\ waiters' = waiters - 1
+    /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, snap, pready>>
+
+\* waiting.py::EventCount._notify_load_waiters
+NotifyLoadWaiters(p) ==
+    /\ pc[p] = "notify_load"
+    /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
+    /\ pc' = [pc EXCEPT ![p] = IF waiters > 0 THEN "notify_wake"
+                                ELSE AfterNotify(p)]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+
+\* waiting.py::EventCount._notify_wake
+NotifyWake(p) ==
+    /\ pc[p] = "notify_wake"
+    /\ seq' = seq + 1       \* futex wake all
+    /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, snap, pready>>
+
+-----------------------------------------------------------------------------
+(********************************* system **********************************)
+
+AllDelivered == \A r \in Readers : Len(recv[r]) = M
+
+\* End of the bounded run (no code counterpart): lets a finished model
+\* stutter so that TLC's deadlock check only reports real hangs.
+Finished == pc[Wr] = "done" /\ AllDelivered /\ UNCHANGED vars
+
+Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
+           \/ ParkSleep(p) \/ ParkRetire(p)
+           \/ NotifyLoadWaiters(p) \/ NotifyWake(p)
+
+WriterStep == WriterClaim \/ WriterClearWritten \/ WriterWritePayload
+              \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
+              \/ Park(Wr)
+
+ReaderStep(r) == ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
+                 \/ ReaderCopy(r) \/ ReaderAck(r) \/ Park(r)
+
+Init ==
+    /\ written = [c \in Chunks |-> InitWritten]
+    /\ rflag   = [c \in Chunks |-> [r \in Readers |-> InitRead]]
+    /\ data    = [c \in Chunks |-> 0]
+    /\ sb      = [p \in Procs |-> << >>]
+    /\ pc      = [p \in Procs |-> IF p = Wr THEN (IF M = 0 THEN "done" ELSE "claim")
+                                 ELSE "load_w"]
+    /\ w = 0 /\ msg = 1 /\ wk = 0 /\ wr = 0
+    /\ i       = [r \in Readers |-> 0]
+    /\ seen    = [r \in Readers |-> 0]
+    /\ mk      = [r \in Readers |-> FALSE]
+    /\ win     = [r \in Readers |-> {}]
+    /\ ncopied = [r \in Readers |-> 0]
+    /\ recv    = [r \in Readers |-> << >>]
+    /\ sent    = << >>
+    /\ fifo    = [r \in Readers |-> << >>]
+    /\ seq = 0 /\ waiters = 0
+    /\ snap    = [p \in Procs |-> 0]
+    /\ pready  = [p \in Procs |-> FALSE]
+
+Next ==
+    \/ WriterStep
+    \/ \E r \in Readers : ReaderStep(r) \/ ReaderRecvOverflow(r)
+    \/ \E p \in Procs : Drain(p)
+    \/ Finished
+
+Fairness ==
+    /\ WF_vars(WriterStep)
+    /\ \A r \in Readers : WF_vars(ReaderStep(r)) /\ WF_vars(ReaderRecvOverflow(r))
+    /\ \A p \in Procs : WF_vars(Drain(p))
+
+Spec == Init /\ [][Next]_vars /\ Fairness
+
+-----------------------------------------------------------------------------
+(******************************* properties ********************************)
+
+PcVals == {"claim", "done", "payload_end", "load_w", "load_r", "copy",
+           "copy_late", "ack", "recv", "owed", "park_snap", "park_announce",
+           "park_recheck", "park_sleep", "park_retire", "notify_load",
+           "notify_wake"} \cup Steps
+Val  == -M .. M
+
+TypeOK ==
+    /\ written \in [Chunks -> {0, 1}]
+    /\ rflag \in [Chunks -> [Readers -> {0, 1}]]
+    /\ data \in [Chunks -> Val]
+    /\ \A p \in Procs : \A k \in 1 .. Len(sb[p]) :
+           sb[p][k][1][1] \in {"W", "R", "D"} /\ sb[p][k][2] \in Val
+    /\ pc \in [Procs -> PcVals]
+    /\ w \in Chunks /\ msg \in 1 .. M + 1 /\ wk \in 0 .. Len(Order)
+    /\ wr \in Readers
+    /\ i \in [Readers -> Chunks] /\ seen \in [Readers -> {0, 1}]
+    /\ mk \in [Readers -> BOOLEAN] /\ win \in [Readers -> SUBSET Val]
+    /\ ncopied \in [Readers -> Nat]
+    /\ \A r \in Readers : recv[r] \in Seq(Val)
+    /\ sent \in Seq(Msgs)
+    /\ \A r \in Readers : fifo[r] \in Seq(Msgs)
+    /\ seq \in Nat /\ waiters \in 0 .. NR + 1
+    /\ snap \in [Procs -> Nat] /\ pready \in [Procs -> BOOLEAN]
+
+\* Index of the payload step in Order (0 if absent).
+PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
+          THEN CHOOSE k \in 1 .. Len(Order) : Order[k] = "payload" ELSE 0
+
+\* The writer owns chunk c for writing: it has claimed c and its payload
+\* is not yet completely in memory.
+WriterWriting(c) ==
+    \/ w = c /\ 1 <= wk /\ wk <= PayIdx
+    \/ \E k \in 1 .. Len(sb[Wr]) : sb[Wr][k][1] = DAddr(c)
+
+\* No data race: no reader copies a chunk the writer is writing.
+NoDataRace ==
+    \A r \in Readers : pc[r] \in {"copy", "copy_late"} => ~WriterWriting(i[r])
+
+\* No chunk is overwritten before every reader copied its previous message.
+NoOverwrite ==
+    \A c \in Chunks, r \in Readers :
+        data[c] # 0 => ncopied[r] >= Abs(data[c]) - N
+
+IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
+
+\* Every reader receives exactly the writer's sequence, in order: no loss,
+\* no duplicate, no torn or stale payload, overflow payloads paired with
+\* their own marker.
+InOrder == \A r \in Readers : IsPrefix(recv[r], sent)
+
+\* Liveness: every message is eventually delivered to every reader.
+Delivered == \A r \in Readers : <>(Len(recv[r]) = M)
+
+=============================================================================

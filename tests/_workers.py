@@ -1,0 +1,64 @@
+"""Child-process bodies for the queue tests (importable by 'spawn' children)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from ringcast import MessageQueue
+
+
+def reader_collect(handle, rank, n, timeout=30.0, delay_every=0, seed=0, opts=None):
+    """Join, read ``n`` messages, return them (and the statistics)."""
+    rng = random.Random(seed)
+    mq = MessageQueue.create_from_handle(handle, rank, **(opts or {}))
+    try:
+        mq.wait_until_ready(timeout=timeout)
+        out = []
+        for k in range(n):
+            out.append(mq.dequeue(timeout=timeout))
+            if delay_every and rng.randrange(delay_every) == 0:
+                time.sleep(rng.random() * 1e-3)
+        return out, mq.statistics()
+    finally:
+        mq.close()
+
+
+def reader_digest(handle, rank, n, timeout=60.0, delay_every=0, seed=0):
+    """Like reader_collect but returns a digest (for big runs)."""
+    import hashlib
+
+    rng = random.Random(seed)
+    mq = MessageQueue.create_from_handle(handle, rank)
+    try:
+        mq.wait_until_ready(timeout=timeout)
+        h = hashlib.blake2b()
+        seqs_ok = True
+        for k in range(n):
+            seq, payload = mq.dequeue(timeout=timeout)
+            seqs_ok &= seq == k
+            h.update(payload)
+            if delay_every and rng.randrange(delay_every) == 0:
+                time.sleep(rng.random() * 2e-4)
+        return seqs_ok, h.hexdigest(), mq.statistics()
+    finally:
+        mq.close()
+
+
+def writer_send(n_reader, n_local, local_ranks, msgs, conn_ip=None, timeout=30.0, handle_out=None, mcb=1024, chunks=4):
+    mq = MessageQueue(n_reader, n_local, local_ranks, max_chunk_bytes=mcb, max_chunks=chunks, connect_ip=conn_ip)
+    try:
+        handle_out.put(mq.export_handle())
+        mq.wait_until_ready(timeout=timeout)
+        for m in msgs:
+            mq.enqueue(m, timeout=timeout)
+        return mq.statistics()
+    finally:
+        mq.close()
+
+
+def attach_and_exit(handle, rank):
+    """Attach as a reader without the handshake, then exit (checks the resource tracker)."""
+    mq = MessageQueue.create_from_handle(handle, rank)
+    mq.close()
+    return True

@@ -1,0 +1,258 @@
+"""The ring alone: states, transitions, order of stores, FIFO over many laps, handles, errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+
+import pytest
+
+from ringcast import ClosedError, HandleError, LayoutError, ShmRingBuffer, ShmSpaceError
+from ringcast import ring as ring_mod
+from ringcast import shm
+from ringcast.layout import LAYOUT_VERSION, MAX_READERS, Layout
+from ringcast.ring import RingReader, RingWriter
+
+from _procs import Children
+
+
+@pytest.fixture
+def ring():
+    rb = ShmRingBuffer(3, 64, 2)
+    yield rb
+    rb.close()
+    rb.unlink()
+
+
+def write(w: RingWriter, data: bytes) -> None:
+    assert w._writer_claim()
+    w.begin()
+    w._writer_write_payload(0, data)
+    w.finish()
+
+
+def read(r: RingReader, n: int) -> bytes:
+    assert r.ready()
+    with r._reader_copy() as view:
+        data = bytes(view[:n])
+    r._reader_ack()
+    return data
+
+
+def test_fresh_segment_is_zeroed_and_writable(ring):
+    for i in range(ring.max_chunks):
+        assert ring.flags(i) == b"\x00" * 4
+    assert RingWriter(ring)._writer_claim()
+    assert not RingReader(ring, 0).ready()
+
+
+def test_four_states_and_transitions(ring):
+    w = RingWriter(ring)
+    readers = [RingReader(ring, r) for r in range(3)]
+    write(w, b"m0")
+    assert ring.flags(0) == b"\x01\x00\x00\x00"  # 10..0 written
+    assert read(readers[0], 2) == b"m0"
+    assert ring.flags(0) == b"\x01\x01\x00\x00"  # 11..0 partly read
+    assert not readers[0].ready()  # its own flag is set: it must not read chunk 0 again
+    write(w, b"m1")  # chunk 1
+    assert w.index == 0
+    assert not w._writer_claim()  # chunk 0 is only partly read
+    assert read(readers[1], 2) == b"m0"
+    assert not w._writer_claim()
+    assert read(readers[2], 2) == b"m0"
+    assert ring.flags(0) == b"\x01\x01\x01\x01"  # 11..1 all read
+    assert w._writer_claim()
+    w.begin()
+    assert ring.flags(0) == b"\x00\x01\x01\x01"  # 0?..? writable, being rewritten
+    assert not readers[0].ready() or readers[0].index != 0
+
+
+def test_order_of_stores_flags_cleared_before_written(ring):
+    """At the moment of WriterPublish every read flag is already 0 and written is 0."""
+    w = RingWriter(ring)
+    rs = [RingReader(ring, r) for r in range(3)]
+    for r in rs:  # one full lap so that read flags are 1 when the writer comes back
+        pass
+    write(w, b"a")
+    write(w, b"b")
+    for r in rs:
+        read(r, 1)
+    seen = []
+
+    def hook(action, side, index):
+        seen.append((action, ring.flags(index)))
+
+    ring_mod.set_step_hook(hook)
+    try:
+        write(w, b"c")
+    finally:
+        ring_mod.set_step_hook(None)
+    actions = [a for a, _ in seen]
+    assert actions == [
+        "WriterClaim",
+        "WriterClearWritten",
+        "WriterWritePayload",
+        "WriterClearReadFlag",
+        "WriterClearReadFlag",
+        "WriterClearReadFlag",
+        "WriterPublish",
+    ]
+    assert seen[1][1] == b"\x01\x01\x01\x01"  # before clear-written: all read
+    assert seen[3][1] == b"\x00\x01\x01\x01"  # flags cleared only after the payload
+    assert seen[-1][1] == b"\x00\x00\x00\x00"  # every read flag 0 before written := 1
+    assert ring.flags(0) == b"\x01\x00\x00\x00"
+
+
+def test_reader_ack_happens_even_if_reader_raises(ring):
+    w, r = RingWriter(ring), RingReader(ring, 1)
+    write(w, b"x")
+    assert r.ready()
+    with pytest.raises(ValueError):
+        try:
+            with r._reader_copy():
+                raise ValueError
+        finally:
+            r._reader_ack()
+    assert ring.flags(0) == b"\x01\x00\x01\x00"
+
+
+def test_fifo_over_many_laps_threads():
+    rb = ShmRingBuffer(2, 16, 3)
+    n = 3000
+    got = {0: [], 1: []}
+
+    def reader(k):
+        r = RingReader(rb, k)
+        while len(got[k]) < n:
+            if r.ready():
+                with r._reader_copy() as v:
+                    got[k].append(int.from_bytes(v[:4], "little"))
+                r._reader_ack()
+            else:
+                os.sched_yield()
+
+    ts = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+    for t in ts:
+        t.start()
+    w = RingWriter(rb)
+    for i in range(n):
+        while not w._writer_claim():
+            os.sched_yield()
+        w.begin()
+        w._writer_write_payload(0, i.to_bytes(4, "little"))
+        w.finish()
+    for t in ts:
+        t.join(60)
+    rb.close()
+    rb.unlink()
+    assert got[0] == list(range(n)) and got[1] == list(range(n))
+
+
+def test_handle_and_pickle_attach(ring):
+    assert ring.handle() == (3, 64, 2, ring.name)
+    other = pickle.loads(pickle.dumps(ring))
+    try:
+        assert not other.is_creator and other.name == ring.name
+        w = RingWriter(ring)
+        write(w, b"hi")
+        assert read(RingReader(other, 2), 2) == b"hi"
+        other.unlink()  # a no-op for a non-creator
+        assert os.path.exists(f"/dev/shm/{ring.name}")
+    finally:
+        other.close()
+
+
+def test_attach_with_wrong_parameters(ring):
+    with pytest.raises(LayoutError, match="max_chunk_bytes=64"):
+        ShmRingBuffer(3, 128, 2, name=ring.name)
+    with pytest.raises(LayoutError, match="n_reader=3"):
+        ShmRingBuffer(2, 64, 2, name=ring.name)
+
+
+def test_attach_missing_segment():
+    with pytest.raises(HandleError, match="does not exist"):
+        ShmRingBuffer(1, 8, 1, name="ringcast_0_doesnotexist")
+
+
+def test_attach_foreign_segment_and_wrong_version():
+    seg = shm.Segment.create(4096, register=False)
+    try:
+        seg.buf[:8] = b"NOTRINGC"
+        with pytest.raises(LayoutError, match="did not create"):
+            ShmRingBuffer(1, 8, 1, name=seg.name)
+        Layout(1, 8, 1).write_header(seg.buf)
+        seg.buf[8:12] = (LAYOUT_VERSION + 1).to_bytes(4, "little")
+        with pytest.raises(LayoutError, match="layout version"):
+            ShmRingBuffer(1, 8, 1, name=seg.name)
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+@pytest.mark.parametrize(
+    "args, exc, msg",
+    [
+        ((0, 8, 1), ValueError, "n_reader"),
+        ((MAX_READERS + 1, 8, 1), ValueError, "n_reader"),
+        ((1, 0, 1), ValueError, "max_chunk_bytes"),
+        ((1, 8, 0), ValueError, "max_chunks"),
+        ((1, -5, 1), ValueError, "max_chunk_bytes"),
+        ((1.5, 8, 1), TypeError, "n_reader"),
+        ((True, 8, 1), TypeError, "n_reader"),
+    ],
+)
+def test_bad_constructor_arguments(args, exc, msg):
+    with pytest.raises(exc, match=msg):
+        ShmRingBuffer(*args)
+
+
+def test_no_room_in_dev_shm_fails_before_creating(monkeypatch):
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda d=shm.SHM_DIR: 1000)
+    before = set(os.listdir("/dev/shm"))
+    with pytest.raises(ShmSpaceError, match=r"cannot create a 1\.0 MiB shared-memory segment: /dev/shm has 1000 B free"):
+        ShmRingBuffer(1, 1024, 1024)
+    assert set(os.listdir("/dev/shm")) == before
+
+
+def test_segment_is_private_to_owner(ring):
+    assert shm.segment_mode(ring.name) == 0o600
+
+
+def test_use_after_close():
+    rb = ShmRingBuffer(1, 8, 1)
+    rb.close()
+    rb.close()  # idempotent
+    with pytest.raises(ClosedError):
+        with rb.get_data(0):
+            pass
+    rb.unlink()
+    rb.unlink()
+
+
+def test_get_data_and_metadata_views(ring):
+    with ring.get_data(1) as d, ring.get_metadata(1) as m:
+        assert len(d) == 64 and len(m) == 4
+        d[:3] = b"abc"
+    assert ring.get_data  # views released: close works
+    with pytest.raises(IndexError):
+        with ring.get_data(2):
+            pass
+
+
+def _attach_in_child(handle):
+    rb = ShmRingBuffer(*handle)
+    rb.close()
+    return True
+
+
+def test_reader_exit_does_not_unlink_the_segment(ring):
+    """bpo-39959: SharedMemory before 3.13 registers attached segments with the resource
+    tracker, which unlinks them when the attaching process exits. Ours must not."""
+    with Children(timeout=60) as ch:
+        ch.start("a", _attach_in_child, ring.handle())
+        ch.start("b", _attach_in_child, ring.handle())
+        assert ch.wait() == {"a": True, "b": True}
+    assert os.path.exists(f"/dev/shm/{ring.name}")
+    again = ShmRingBuffer(*ring.handle())
+    again.close()
