@@ -62,3 +62,37 @@ def attach_and_exit(handle, rank):
     mq = MessageQueue.create_from_handle(handle, rank)
     mq.close()
     return True
+
+
+def reader_idle_cpu(handle, rank, idle_seconds, timeout=60.0):
+    """Wait through an idle gap, return (message, cpu seconds used while waiting, stats)."""
+    import time as _t
+
+    mq = MessageQueue.create_from_handle(handle, rank)
+    try:
+        mq.wait_until_ready(timeout=timeout)
+        t0 = _t.process_time()
+        msg = mq.dequeue(timeout=timeout)
+        return msg, _t.process_time() - t0, mq.statistics()
+    finally:
+        mq.close()
+
+
+def reader_hold(handle, rank, ready_evt, n_read=0):
+    """Join, read n_read messages, signal, then hang forever (the test kills us)."""
+    mq = MessageQueue.create_from_handle(handle, rank)
+    mq.wait_until_ready(timeout=30)
+    for _ in range(n_read):
+        mq.dequeue(timeout=30)
+    ready_evt.set()
+    time.sleep(3600)
+
+
+def writer_then_hang(handle_q, ready_evt, n_msgs=0):
+    mq = MessageQueue(1, 1, max_chunk_bytes=64, max_chunks=2)
+    handle_q.put(mq.export_handle())
+    mq.wait_until_ready(timeout=30)
+    for k in range(n_msgs):
+        mq.enqueue(k)
+    ready_evt.set()
+    time.sleep(3600)

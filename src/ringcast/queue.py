@@ -32,6 +32,7 @@ import pickle
 import secrets
 import socket as _socket
 import struct
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -195,8 +196,13 @@ class MessageQueue:
                 self._ec = EventCount(seq, waiters, self._counters)  # where the writer parks
                 rseq, rwaiters = self.buffer.write_seq_addrs()
                 self._ec_notify = EventCount(rseq, rwaiters, self._counters)  # readers park here
-                self._ipc_path = os.path.join(tempfile.gettempdir(), f"ringcast-{os.getpid()}-{secrets.token_hex(8)}.ipc")
-                local_addr = f"ipc://{self._ipc_path}"
+                token = f"ringcast-{os.getpid()}-{secrets.token_hex(8)}"
+                if sys.platform.startswith("linux"):
+                    # Abstract socket namespace: no file to leak if the writer is killed.
+                    local_addr = f"ipc://@{token}"
+                else:  # pragma: no cover
+                    self._ipc_path = os.path.join(tempfile.gettempdir(), token + ".ipc")
+                    local_addr = f"ipc://{self._ipc_path}"
                 self.local_socket = self._xpub(local_addr)
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else _default_ip()

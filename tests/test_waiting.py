@@ -1,0 +1,214 @@
+"""Waiting: parking without lost wake-ups, shutdown on both sides, dead peers named, diagnostics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from ringcast import Cancelled, DeadReaderError, DeadWriterError, MessageQueue
+from ringcast.waiting import WaitPolicy
+
+import _workers
+from _procs import CTX, Children
+from test_queue import Group
+
+
+def _run_thread(fn):
+    box = {}
+
+    def body():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001
+            box["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, box
+
+
+def _wait_until(cond, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.001)
+
+
+@pytest.mark.timeout(60)
+def test_idle_reader_uses_almost_no_cpu():
+    w = MessageQueue(1, 1, max_chunk_bytes=256, max_chunks=2)
+    try:
+        with Children(timeout=50) as ch:
+            ch.start("r", _workers.reader_idle_cpu, w.export_handle(), 0, 2.0)
+            w.wait_until_ready(timeout=30)
+            time.sleep(2.0)  # the idle gap under test (not a settle-sleep)
+            w.enqueue("wake up")
+            msg, cpu, stats = ch.wait()["r"]
+    finally:
+        w.close()
+    assert msg == "wake up"
+    assert cpu < 0.25, f"reader burned {cpu:.3f}s of CPU during a 2s idle gap"
+    assert stats.parks >= 1
+
+
+@pytest.mark.timeout(60)
+def test_idle_busy_transitions_deliver_everything():
+    g = Group(n_reader=2, mcb=128, chunks=2, recheck_interval=0.5)
+    try:
+        got = {0: [], 1: []}
+        expected = list(range(300))
+
+        def reader(k):
+            for _ in expected:
+                got[k].append(g.rs[k].dequeue(timeout=20))
+
+        ts = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+        for t in ts:
+            t.start()
+        for burst in range(3):
+            for i in range(100):
+                g.w.enqueue(burst * 100 + i, timeout=20)
+            _wait_until(lambda: all(len(v) == (burst + 1) * 100 for v in got.values()), what="burst delivered")
+            time.sleep(0.05)  # idle gap: readers go from spinning to parked
+        for t in ts:
+            t.join(20)
+        assert got[0] == expected and got[1] == expected
+        assert all(r.statistics().parks > 0 for r in g.rs)
+        assert all(r.statistics().recheck_hits == 0 for r in g.rs)
+    finally:
+        g.close()
+
+
+@pytest.mark.timeout(30)
+def test_dropped_notification_is_recovered_by_the_recheck():
+    g = Group(n_reader=1, spin=0.0, recheck_interval=0.05)
+    try:
+        r = g.rs[0]
+        t, box = _run_thread(lambda: r.dequeue(timeout=10))
+        _wait_until(lambda: r.statistics().parks >= 1, what="reader parked")
+        g.w._ec_notify.drop_wakes = 1  # fault injection: lose the next wake-up
+        g.w.enqueue("lost wake-up")
+        t.join(10)
+        assert box == {"value": "lost wake-up"}
+        assert r.statistics().recheck_hits == 1
+        assert g.w._ec_notify.drop_wakes == 0  # the drop did happen
+    finally:
+        g.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("spin", [0.0, 30.0], ids=["parked", "spinning"])
+def test_shutdown_wakes_a_waiting_reader(spin):
+    g = Group(n_reader=1, spin=spin, recheck_interval=10.0)
+    try:
+        r = g.rs[0]
+        t, box = _run_thread(lambda: r.dequeue())
+        _wait_until(lambda: r.statistics().waits >= 1 and (spin > 0 or r.statistics().parks >= 1), what="reader waiting")
+        t0 = time.monotonic()
+        r.shutdown()
+        t.join(5)
+        assert not t.is_alive() and isinstance(box.get("error"), Cancelled)
+        assert time.monotonic() - t0 < 2.0
+        with pytest.raises(Cancelled):
+            r.dequeue(timeout=1)
+    finally:
+        g.close()
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_wakes_a_writer_blocked_on_a_full_ring():
+    g = Group(n_reader=1, chunks=1, spin=0.0, recheck_interval=10.0)
+    try:
+        g.w.enqueue(1)
+        t, box = _run_thread(lambda: g.w.enqueue(2))
+        _wait_until(lambda: g.w.statistics().parks >= 1, what="writer parked")
+        g.w.shutdown()
+        t.join(5)
+        assert isinstance(box.get("error"), Cancelled)
+    finally:
+        g.close()
+
+
+@pytest.mark.timeout(60)
+def test_writer_names_a_dead_reader():
+    w = MessageQueue(2, 2, local_reader_ranks=[4, 7], max_chunk_bytes=64, max_chunks=2, recheck_interval=0.05)
+    evts = [CTX.Event() for _ in range(2)]
+    procs = [CTX.Process(target=_workers.reader_hold, args=(w.export_handle(), rank, evts[i], 2 if i == 0 else 0), daemon=True) for i, rank in enumerate([4, 7])]
+    try:
+        for p in procs:
+            p.start()
+        w.wait_until_ready(timeout=30)
+        w.enqueue("a")
+        w.enqueue("b")  # ring full: reader 0 (rank 4) reads both, reader 1 (rank 7) none
+        assert all(e.wait(30) for e in evts)
+        procs[1].kill()  # not reaped: a zombie must count as dead too
+        with pytest.raises(DeadReaderError, match=rf"local reader 1 \(rank 7, pid {procs[1].pid}\)"):
+            w.enqueue("c", timeout=20)
+    finally:
+        for p in procs:
+            p.kill()
+            p.join(10)
+        w.close()
+
+
+@pytest.mark.timeout(60)
+def test_reader_raises_when_the_writer_died():
+    hq, evt = CTX.Queue(), CTX.Event()
+    p = CTX.Process(target=_workers.writer_then_hang, args=(hq, evt, 1), daemon=True)
+    p.start()
+    r = None
+    try:
+        r = MessageQueue.create_from_handle(hq.get(timeout=30), 0, recheck_interval=0.05)
+        r.wait_until_ready(timeout=30)
+        assert evt.wait(30)
+        assert r.dequeue(timeout=10) == 0  # what was published before the death is still delivered
+        p.kill()
+        p.join(10)
+        with pytest.raises(DeadWriterError, match=f"writer \\(pid {p.pid}\\) is dead"):
+            r.dequeue(timeout=20)
+    finally:
+        p.kill()
+        p.join(10)
+        if r is not None:
+            r.close()
+
+
+def test_long_wait_is_logged_with_the_details(caplog):
+    g = Group(n_reader=2, chunks=1, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
+    try:
+        g.w.enqueue("x")
+        g.rs[0].dequeue(timeout=5)
+        with caplog.at_level(logging.WARNING, logger="ringcast"):
+            with pytest.raises(TimeoutError):
+                g.w.enqueue("y", timeout=0.2)
+        text = caplog.text
+        assert f"writer (pid {os.getpid()}) still waiting" in text
+        assert "slot 0 flags 010100" in text  # written, reader 0 read, reader 1 not
+        assert "not yet read by local readers [1]" in text
+        assert "shared memory" not in text.lower().replace("shared-memory", "")
+    finally:
+        g.close()
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), "0.1", True])
+def test_spin_budget_is_validated(bad):
+    with pytest.raises((ValueError, TypeError), match="spin"):
+        WaitPolicy(spin=bad)
+
+
+def test_spin_zero_parks_at_once():
+    g = Group(n_reader=1, spin=0.0)
+    try:
+        t, box = _run_thread(lambda: g.rs[0].dequeue(timeout=10))
+        _wait_until(lambda: g.rs[0].statistics().parks >= 1, what="park")
+        g.w.enqueue(5)
+        t.join(10)
+        assert box == {"value": 5} and g.rs[0].statistics().spins == 0
+        assert g.w.statistics().wakeups == 1
+    finally:
+        g.close()
