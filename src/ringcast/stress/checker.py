@@ -3,8 +3,8 @@
 Every data message carries a 20-byte header ``<QqI``: sequence number, the writer's
 ``time.monotonic_ns()`` at enqueue, and the CRC-32 of the payload. Three payload kinds:
 
-* ``bytes`` - one ``bytes`` object: header followed by the payload (exact pickle sizes, so a
-  scenario can place payloads exactly on the inline/overflow boundary);
+* ``bytes`` - ``(header, payload)``, two ``bytes`` objects (exact pickle sizes, so a scenario
+  can place payloads exactly on the inline/overflow boundary);
 * ``dict``  - a scheduler-like dict (request ids, token counts, a few flags) whose CRC covers
   ``repr(body)``, which is stable across a pickle round trip;
 * ``numpy`` - ``(header, ndarray)``: the array travels as an out-of-band pickle buffer.
@@ -38,7 +38,7 @@ def _crc(buf) -> int:
 
 def scheduler_body(seq: int, size: int) -> dict:
     """A dict shaped like an engine's per-step scheduler output, roughly ``size`` bytes pickled."""
-    n = max(1, size // 48)
+    n = max(1, size // 40)
     return {
         "step": seq,
         "req_ids": [f"req-{(seq + i) % 100000}" for i in range(n)],
@@ -50,63 +50,71 @@ def scheduler_body(seq: int, size: int) -> dict:
 
 
 class PayloadFactory:
-    """Builds data messages (writer side). Payload bytes are slices of one random pool at an
-    offset that depends on the sequence number, so consecutive messages differ."""
+    """Builds data messages (writer side).
 
-    def __init__(self, kind: str, max_size: int, seed: int = 1234) -> None:
+    For ``bytes`` and ``numpy`` a few variants of every size are built (and checksummed) up
+    front, so that sending costs no copy and no CRC: the timestamp is taken immediately before
+    ``enqueue`` and the measured latency is the queue's, not the payload factory's. Consecutive
+    messages carry different variants, so a stale chunk is caught by its content too.
+    """
+
+    VARIANTS = 4
+
+    def __init__(self, kind: str, sizes, seed: int | None = None) -> None:
         if kind not in ("bytes", "dict", "numpy"):
             raise ValueError(f"payload kind must be 'bytes', 'dict' or 'numpy', got {kind!r}")
         self.kind = kind
-        self.pool = os.urandom(max_size + _POOL_SLACK) if kind != "dict" else b""
-        self._np = None
+        self.sizes = list(sizes)
+        self._variants: dict[int, list] = {}
+        if kind == "dict":
+            return
+        pool = os.urandom(max(self.sizes) + _POOL_SLACK)
         if kind == "numpy":
             import numpy as np
+        for size in set(self.sizes):
+            vs = []
+            for v in range(self.VARIANTS):
+                off = (v * 7919) % _POOL_SLACK
+                data = pool[off : off + size]
+                if kind == "numpy":
+                    data = np.frombuffer(data, dtype=np.uint8).copy()
+                vs.append((data, _crc(data)))
+            self._variants[size] = vs
 
-            self._np = np
-            self._np_pool = np.frombuffer(self.pool, dtype=np.uint8)
-
-    def _slice(self, seq: int, size: int):
-        off = (seq * 7919) % _POOL_SLACK
-        return memoryview(self.pool)[off : off + size]
-
-    def make(self, seq: int, size: int, t_ns: int, corrupt: bool = False):
-        if self.kind == "bytes":
-            payload = self._slice(seq, size)
-            msg = bytearray(HEADER.pack(seq, t_ns, _crc(payload)))
-            msg += payload
-            if corrupt and size:
-                msg[-1] ^= 0xFF
-            elif corrupt:
-                msg[HEADER.size - 1] ^= 0xFF  # no payload byte to flip: break the CRC itself
-            return bytes(msg)
+    def prepare(self, seq: int):
+        """Everything but the timestamp: ``(payload, crc)``."""
+        size = self.sizes[seq % len(self.sizes)]
         if self.kind == "dict":
             body = scheduler_body(seq, size)
-            crc = _crc(repr(body).encode())
+            return body, _crc(repr(body).encode())
+        return self._variants[size][(seq // len(self.sizes)) % self.VARIANTS]
+
+    def make(self, seq: int, prepared, t_ns: int, corrupt: bool = False):
+        payload, crc = prepared
+        if self.kind == "dict":
             if corrupt:
-                body["step"] = -1
-            return {"seq": seq, "t": t_ns, "crc": crc, "body": body}
-        arr = self._np_pool[(seq * 7919) % _POOL_SLACK :][:size].copy()
-        crc = _crc(arr)
-        if corrupt and size:
-            arr[-1] ^= 0xFF
-        elif corrupt:
-            crc ^= 1
-        return (HEADER.pack(seq, t_ns, crc), arr)
+                payload = dict(payload, step=-1)
+            return {"seq": seq, "t": t_ns, "crc": crc, "body": payload}
+        if corrupt:
+            if len(payload):
+                payload = payload.copy() if self.kind == "numpy" else bytearray(payload)
+                payload[-1] ^= 0xFF
+                payload = payload if self.kind == "numpy" else bytes(payload)
+            else:
+                crc ^= 1  # no payload byte to flip: break the checksum itself
+        return (HEADER.pack(seq, t_ns, crc), payload)
 
 
 def decode(msg):
     """Reader side: ``("data", seq, t_ns, crc_ok)``, ``("ctl", dict)``, or raise ValueError."""
     tp = type(msg)
-    if tp is bytes:
-        seq, t_ns, crc = HEADER.unpack_from(msg)
-        return "data", seq, t_ns, _crc(memoryview(msg)[HEADER.size :]) == crc
+    if tp is tuple and len(msg) == 2:
+        seq, t_ns, crc = HEADER.unpack(msg[0])
+        return "data", seq, t_ns, _crc(msg[1]) == crc
     if tp is dict:
         if "ctl" in msg:
             return "ctl", msg
         return "data", msg["seq"], msg["t"], _crc(repr(msg["body"]).encode()) == msg["crc"]
-    if tp is tuple and len(msg) == 2:
-        seq, t_ns, crc = HEADER.unpack_from(msg[0])
-        return "data", seq, t_ns, _crc(msg[1]) == crc
     raise ValueError(f"unexpected message type {tp.__name__}")
 
 
@@ -175,10 +183,13 @@ def boundary_sizes(max_chunk_bytes: int, offsets=(-2, -1, 0, 1)) -> list[int]:
     for off in offsets:
         target = max_chunk_bytes - 1 + off
         n = max(0, target - HEADER.size - 16)
-        while len(pickle.dumps(bytes(HEADER.size + n), protocol=5)) < target:
+        def size(n):
+            return len(pickle.dumps((bytes(HEADER.size), bytes(n)), protocol=5))
+
+        while size(n) < target:
             n += 1
-        while n > 0 and len(pickle.dumps(bytes(HEADER.size + n), protocol=5)) > target:
+        while n > 0 and size(n) > target:
             n -= 1
-        if len(pickle.dumps(bytes(HEADER.size + n), protocol=5)) == target:
+        if size(n) == target:
             out.append(n)
     return out
