@@ -159,6 +159,7 @@ def create_from_process_group(
                 err = e
         _check_all(pg, err is None, None if err is None else f"{type(err).__name__}: {err}", "attaching to the queue")
         mq.wait_until_ready(timeout)
+        mq._group_writer_rank = writer_rank  # lets helpers check src on every rank alike
     except BaseException:
         if mq is not None:
             mq.close()
@@ -210,6 +211,9 @@ class BroadcastGroup:
                     f"mq is a {'writer' if mq._is_writer else 'reader'} but this process is group rank {self.rank} and "
                     f"writer_rank={writer_rank}: pass the writer_rank the queue was made with"
                 )
+            known = getattr(mq, "_group_writer_rank", None)
+            if known is not None and known != writer_rank:
+                raise BroadcastError(f"writer_rank={writer_rank} but this queue's writer is group rank {known}")
             self.mq = mq
         elif self.world_size > 1:
             self.mq = create_from_process_group(

@@ -77,6 +77,9 @@ def broadcast_tensor_dict(tensor_dict=None, src: int = 0, group=None, mq=None, d
     if mq is None and dist.get_world_size(group) > 1:
         raise ValueError("broadcast_tensor_dict() needs mq= (from create_from_process_group) or a BroadcastGroup as group=")
     rank = dist.get_rank(group)
+    known = getattr(mq, "_group_writer_rank", None)
+    if known is not None and known != src:
+        raise BroadcastError(f"src={src} but the queue's writer is group rank {known}: only the writer can send over this queue")
     if mq is not None and mq._is_writer != (rank == src):
         raise BroadcastError(
             f"src={src} must be the queue's writer: this process is group rank {rank} and its queue side is a "
