@@ -36,6 +36,38 @@ def _creator_is_gone_or_me(name: str) -> bool:
     return not process_alive(pid, 0)
 
 
+def _open_sockets() -> set[str]:
+    """Socket and eventfd descriptors of this process (what ZeroMQ contexts hold)."""
+    out = set()
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except FileNotFoundError:  # pragma: no cover - non-Linux
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:") or target == "anon_inode:[eventfd]":
+            out.add(f"{fd}->{target}")
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_socket_leak(request):
+    """Fail a test that leaves sockets or eventfds open in this process (an unclosed queue)."""
+    before = _open_sockets()
+    yield
+    leaked = _open_sockets() - before
+    if leaked:
+        import gc
+
+        gc.collect()
+        leaked = _open_sockets() - before
+    if leaked:
+        pytest.fail(f"test left {len(leaked)} socket/eventfd descriptors open: {sorted(leaked)[:6]}")
+
+
 @pytest.fixture(autouse=True)
 def no_shm_leak():
     """Fail a test that leaves a ringcast segment in /dev/shm (segments of concurrently running
