@@ -96,3 +96,60 @@ def writer_then_hang(handle_q, ready_evt, n_msgs=0):
         mq.enqueue(k)
     ready_evt.set()
     time.sleep(3600)
+
+
+def reader_collect_curve(handle, rank, n, timeout=30.0):
+    return reader_collect(handle, rank, n, timeout)
+
+
+def stop_at_step(action, nth, evt):
+    """A step hook that, at the nth occurrence of `action`, signals the parent and hangs until killed."""
+    count = [0]
+
+    def hook(a, side, index):
+        if a == action:
+            count[0] += 1
+            if count[0] == nth:
+                evt.set()
+                time.sleep(3600)
+
+    return hook
+
+
+def reader_killed_at(handle, rank, action, nth, evt):
+    from ringcast.ring import set_step_hook
+
+    mq = MessageQueue.create_from_handle(handle, rank)
+    mq.wait_until_ready(timeout=30)
+    set_step_hook(stop_at_step(action, nth, evt))
+    while True:
+        mq.dequeue(timeout=60)
+
+
+def writer_killed_at(handle_q, action, nth, evt, msgs, mcb=64, chunks=2):
+    from ringcast.ring import set_step_hook
+
+    mq = MessageQueue(2, 2, max_chunk_bytes=mcb, max_chunks=chunks)
+    handle_q.put(mq.export_handle())
+    mq.wait_until_ready(timeout=30)
+    set_step_hook(stop_at_step(action, nth, evt))
+    for m in msgs:
+        mq.enqueue(m, timeout=60)
+    evt.set()
+    time.sleep(3600)
+
+
+def low_fd_limit_create(extra_fds):
+    """Create a queue under a tiny descriptor limit: it must fail cleanly and leave nothing behind."""
+    import os
+    import resource
+
+    used = len(os.listdir("/proc/self/fd"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (used + extra_fds, hard))
+    try:
+        mq = MessageQueue(2, 1, max_chunk_bytes=64, max_chunks=2, connect_ip="127.0.0.1")
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__, str(e)
+    mq.close()
+    return None, None

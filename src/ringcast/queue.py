@@ -26,6 +26,7 @@ readers therefore exert no back-pressure (as in vLLM), which docs/reliability.md
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -76,6 +77,9 @@ class Handle:
     remote_subscribe_addr: str | None = None
     remote_addr_ipv6: bool = False
     n_reader: int = 0
+    #: (server public key, client public key, client secret key) when the remote channel uses
+    #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
+    remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
     version: int = HANDLE_VERSION
 
 
@@ -119,6 +123,31 @@ def _tcp_endpoint(ip: str, port: str | int) -> str:
     return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
 
 
+#: Descriptors a queue side needs: a ZeroMQ context (I/O thread and reaper: 2 epoll + 2 eventfd),
+#: a socket (eventfd + listener or connection), slack for reconnects. libzmq aborts the whole
+#: process when its I/O thread runs out of descriptors, so we refuse to start without them.
+_FDS_NEEDED = 16
+
+
+def _check_fd_headroom(need: int = _FDS_NEEDED) -> None:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        used = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError):  # pragma: no cover - non-Linux
+        return
+    if soft != resource.RLIM_INFINITY and soft - used < need:
+        import errno
+
+        raise OSError(
+            errno.EMFILE,
+            f"a MessageQueue needs about {need} free file descriptors, but {used} of RLIMIT_NOFILE={soft} are in "
+            "use (libzmq would abort the process when it runs out): close descriptors or raise the limit "
+            "(ulimit -n)",
+        )
+
+
 def _check_rank_list(ranks, n_local_reader: int) -> list[int]:
     ranks = list(ranks)
     if len(ranks) != n_local_reader:
@@ -129,6 +158,23 @@ def _check_rank_list(ranks, n_local_reader: int) -> list[int]:
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"local_reader_ranks has duplicates: {ranks}")
     return ranks
+
+
+class _AllowListUnpickler(pickle.Unpickler):
+    """An unpickler that only builds classes/functions named in an allow-list. Plain data (None,
+    bool, int, float, str, bytes, bytearray, tuple, list, dict, set) needs no entry."""
+
+    def __init__(self, file, allowed: frozenset, **kw) -> None:
+        super().__init__(file, **kw)
+        self._allowed = allowed
+
+    def find_class(self, module: str, name: str):
+        if f"{module}.{name}" in self._allowed:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"{module}.{name} is not in this reader's allowed_classes; add '{module}.{name}' to "
+            "allowed_classes if the writer is meant to send it"
+        )
 
 
 class MessageQueue:
@@ -150,6 +196,7 @@ class MessageQueue:
     remote_socket = None
     _ipc_path: str | None = None
     _closed = False
+    _auth = None
     _is_writer = False
     _is_local_reader = False
     _is_remote_reader = False
@@ -166,6 +213,7 @@ class MessageQueue:
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float = DEFAULT_WARN,
+        remote_curve: bool = False,
     ) -> None:
         for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -177,6 +225,9 @@ class MessageQueue:
         if local_reader_ranks is None:
             local_reader_ranks = list(range(n_local_reader))
         local_reader_ranks = _check_rank_list(local_reader_ranks, n_local_reader)
+        _check_fd_headroom()
+        if remote_curve and not zmq.has("curve"):
+            raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
         self._init_common(WaitPolicy(spin, recheck_interval, warn_interval))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
@@ -204,10 +255,13 @@ class MessageQueue:
                     self._ipc_path = os.path.join(tempfile.gettempdir(), token + ".ipc")
                     local_addr = f"ipc://{self._ipc_path}"
                 self.local_socket = self._xpub(local_addr)
+            curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else _default_ip()
                 ipv6 = ":" in ip
-                self.remote_socket = self._xpub(_tcp_endpoint(ip, "*"), ipv6=ipv6)
+                if remote_curve:
+                    curve_keys = self._start_curve()
+                self.remote_socket = self._xpub(_tcp_endpoint(ip, "*"), ipv6=ipv6, curve_secret=self._curve_server_secret)
                 endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
                 port = endpoint.rsplit(":", 1)[1]
                 remote_addr = _tcp_endpoint(ip, port)
@@ -221,7 +275,25 @@ class MessageQueue:
             remote_subscribe_addr=remote_addr,
             remote_addr_ipv6=ipv6,
             n_reader=n_reader,
+            remote_curve_keys=curve_keys,
         )
+
+    def _start_curve(self) -> tuple[bytes, bytes, bytes]:
+        """Keys for an encrypted, authenticated remote channel, and a ZAP handler that admits only
+        the client key that travels in the handle."""
+        from zmq.auth.thread import ThreadAuthenticator
+
+        server_public, self._curve_server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+
+        class _OnlyHandleHolders:
+            def callback(self, domain, key):
+                return key == client_public
+
+        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("ringcast.zap"))
+        self._auth.start()
+        self._auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
+        return server_public, client_public, client_secret
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
@@ -230,13 +302,19 @@ class MessageQueue:
         self._waiter = Waiter(policy, self._counters, self._cancelled)
         self._messages = self._bytes = self._overflows = 0
         self._owed_overflow = False
+        self._allowed = None
+        self._auth = None
+        self._curve_server_secret = None
         self._ready = False
         self._ec = self._ec_notify = None
         self._warned_at = 0.0
         self.current_idx = 0
 
-    def _xpub(self, addr: str, ipv6: bool = False):
+    def _xpub(self, addr: str, ipv6: bool = False, curve_secret: bytes | None = None):
         s = self._ctx.socket(zmq.XPUB)
+        if curve_secret is not None:
+            s.setsockopt(zmq.CURVE_SERVER, 1)
+            s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
         s.setsockopt(zmq.XPUB_VERBOSE, 1)
         s.setsockopt(zmq.SNDHWM, 0)
         s.setsockopt(zmq.RCVHWM, 0)
@@ -246,14 +324,25 @@ class MessageQueue:
         s.bind(addr)
         return s
 
-    def _sub(self, addr: str, ipv6: bool = False):
+    def _sub(self, addr: str, ipv6: bool = False, curve_keys=None):
+        if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
+            raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
         s = self._ctx.socket(zmq.SUB)
+        if curve_keys is not None:
+            server_public, client_public, client_secret = curve_keys
+            s.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+            s.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
+            s.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
         s.setsockopt(zmq.RCVHWM, 0)
         s.setsockopt(zmq.LINGER, 0)
         if ipv6:
             s.setsockopt(zmq.IPV6, 1)
         s.setsockopt(zmq.SUBSCRIBE, b"")
-        s.connect(addr)
+        try:
+            s.connect(addr)
+        except zmq.ZMQError as e:
+            s.close(0)
+            raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
         return s
 
     # -- joining ---------------------------------------------------------------------------------
@@ -269,7 +358,11 @@ class MessageQueue:
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float = DEFAULT_WARN,
+        allowed_classes=None,
     ) -> "MessageQueue":
+        """Join as reader ``rank``. ``allowed_classes``: None trusts the writer fully (pickle); an
+        iterable of ``"module.Name"`` strings restricts what messages may construct (plain data
+        needs no entry) and turns anything else into a :class:`PayloadError`."""
         if not isinstance(handle, Handle):
             raise HandleError(f"expected a ringcast Handle (from MessageQueue.export_handle()), got {type(handle).__name__}")
         if handle.version != HANDLE_VERSION:
@@ -278,8 +371,13 @@ class MessageQueue:
             )
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise HandleError(f"rank must be a non-negative int, got {rank!r}")
+        _check_fd_headroom()
         self = object.__new__(MessageQueue)
         self._init_common(WaitPolicy(spin, recheck_interval, warn_interval))
+        if allowed_classes is not None:
+            if isinstance(allowed_classes, str):
+                raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
+            self._allowed = frozenset(allowed_classes)
         self.handle = handle
         self.n_reader = handle.n_reader
         self.n_local_reader = len(handle.local_reader_ranks)
@@ -316,7 +414,7 @@ class MessageQueue:
                 self._ec_notify = EventCount(wseq, wwaiters, self._counters)
                 self.local_socket = self._sub(handle.local_subscribe_addr)
             else:
-                self.remote_socket = self._sub(handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6)
+                self.remote_socket = self._sub(handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6, curve_keys=handle.remote_curve_keys)
         except BaseException:
             self.close()
             raise
@@ -546,9 +644,14 @@ class MessageQueue:
         self._overflows += 1
         return frames
 
+    def _loads(self, data, buffers=()):
+        if self._allowed is None:
+            return pickle.loads(data, buffers=buffers)
+        return _AllowListUnpickler(io.BytesIO(data), self._allowed, buffers=buffers).load()
+
     def _loads_frames(self, frames: list[bytes]):
         try:
-            return pickle.loads(frames[0], buffers=frames[1:])
+            return self._loads(frames[0], frames[1:])
         except Exception as e:
             raise PayloadError(f"{self._role()} could not unpickle a message: {e!r}; the message is skipped") from e
 
@@ -572,7 +675,7 @@ class MessageQueue:
             with r._reader_copy() as view:
                 kind = view[0]
                 if kind == INLINE:
-                    obj = pickle.loads(view[1:])
+                    obj = self._loads(view[1:])
                 elif kind == INLINE_OOB:
                     nbuf, main_len = _OOB_HEAD.unpack_from(view, 1)
                     off = 1 + _OOB_HEAD.size
@@ -584,7 +687,7 @@ class MessageQueue:
                     for n in lens:
                         buffers.append(bytearray(view[off : off + n]))  # copy out: the chunk is reused
                         off += n
-                    obj = pickle.loads(main, buffers=buffers)
+                    obj = self._loads(main, buffers)
                     main.release()
                     self._bytes += sum(lens)
                 elif kind == OVERFLOW:
@@ -672,6 +775,9 @@ class MessageQueue:
             if s is not None:
                 s.close()
                 setattr(self, name, None)
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
