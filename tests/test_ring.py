@@ -28,7 +28,7 @@ def ring():
 def write(w: RingWriter, data: bytes) -> None:
     assert w._writer_claim()
     w.begin()
-    w._writer_write_payload(0, data)
+    w._writer_write_payload((data,))
     w.finish()
 
 
@@ -140,7 +140,7 @@ def test_fifo_over_many_laps_threads():
         while not w._writer_claim():
             os.sched_yield()
         w.begin()
-        w._writer_write_payload(0, i.to_bytes(4, "little"))
+        w._writer_write_payload((i.to_bytes(4, "little"),))
         w.finish()
     for t in ts:
         t.join(60)

@@ -93,22 +93,13 @@ class Layout:
         _check_int("n_reader", self.n_reader, 1, MAX_READERS)
         _check_int("max_chunk_bytes", self.max_chunk_bytes, 1, 1 << 40)
         _check_int("max_chunks", self.max_chunks, 1, 1 << 20)
-
-    @property
-    def data_offset(self) -> int:
-        return _align(READER_TABLE + _READER_ENTRY.size * self.n_reader)
-
-    @property
-    def meta_offset(self) -> int:
-        return self.data_offset + self.max_chunks * self.max_chunk_bytes
-
-    @property
-    def meta_stride(self) -> int:
-        return 1 + self.n_reader
-
-    @property
-    def total_bytes(self) -> int:
-        return self.meta_offset + self.max_chunks * self.meta_stride
+        # Derived offsets, computed once (they sit on the hot path).
+        data_offset = _align(READER_TABLE + _READER_ENTRY.size * self.n_reader)
+        meta_offset = data_offset + self.max_chunks * self.max_chunk_bytes
+        object.__setattr__(self, "data_offset", data_offset)
+        object.__setattr__(self, "meta_offset", meta_offset)
+        object.__setattr__(self, "meta_stride", 1 + self.n_reader)
+        object.__setattr__(self, "total_bytes", meta_offset + self.max_chunks * (1 + self.n_reader))
 
     def data(self, i: int) -> int:
         """Offset of chunk ``i``'s data."""

@@ -574,19 +574,12 @@ class MessageQueue:
             w = self._writer
             w.begin()
             if kind == INLINE:
-                w._writer_write_payload(0, b"\x00")
-                w._writer_write_payload(1, main)
+                w._writer_write_payload((b"\x00", main))
             elif kind == INLINE_OOB:
-                parts = [_OOB_HEAD.pack(len(bufs), len(main))] + [_U64.pack(b.nbytes) for b in bufs]
-                w._writer_write_payload(0, b"\x02" + b"".join(parts))
-                off = head
-                w._writer_write_payload(off, main)
-                off += len(main)
-                for b in bufs:
-                    w._writer_write_payload(off, b)
-                    off += b.nbytes
+                head_bytes = b"\x02" + _OOB_HEAD.pack(len(bufs), len(main)) + b"".join(_U64.pack(b.nbytes) for b in bufs)
+                w._writer_write_payload((head_bytes, main, *bufs))
             else:
-                w._writer_write_payload(0, b"\x01")
+                w._writer_write_payload((b"\x01",))
                 self._writer_send_overflow([main, *bufs])
                 self._overflows += 1
             w.finish()

@@ -191,22 +191,28 @@ class ShmRingBuffer:
 
 class RingWriter:
     """The writer's cursor. Invariant: ``index`` is the chunk it writes next; it moves only in
-    ``_writer_publish`` and only by one."""
+    ``_writer_publish`` and only by one. ``_m``/``_d`` are the metadata/data offsets of ``index``
+    (cached: offsets sit on the hot path)."""
 
     def __init__(self, ring: ShmRingBuffer) -> None:
         self.ring = ring
+        self.buf = ring.buf
         self.index = 0
-        self._all_read = b"\x01" * ring.n_reader
-        self._readers = range(ring.n_reader)
+        n = ring.n_reader
+        self._all_read = b"\x01" * n
+        self._readers = range(n)
+        self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
+        self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
+        self._m, self._d = self._metas[0], self._datas[0]
+        self._stride = 1 + n
 
     # Spec: WriterClaim
     def _writer_claim(self) -> bool:
         """Is the chunk at ``index`` writable (``0?..?``) or read by all (``11..1``)?"""
         if _step_hook is not None:
             _step_hook("WriterClaim", "writer", self.index)
-        buf = self.ring.buf
-        m = self.ring.layout.meta(self.index)
-        flags = buf[m : m + 1 + self.ring.n_reader]
+        m = self._m
+        flags = self.buf[m : m + self._stride]
         fence()  # F1
         return flags[0] == 0 or flags[1:] == self._all_read
 
@@ -214,30 +220,40 @@ class RingWriter:
     def _writer_clear_written(self) -> None:
         if _step_hook is not None:
             _step_hook("WriterClearWritten", "writer", self.index)
-        self.ring.buf[self.ring.layout.meta(self.index)] = 0
+        self.buf[self._m] = 0
         fence()  # F2
 
     # Spec: WriterWritePayload
-    def _writer_write_payload(self, offset: int, data) -> None:
-        """Store ``data`` at ``offset`` of the claimed chunk (the queue calls it once per part)."""
+    def _writer_write_payload(self, parts) -> int:
+        """Store ``parts`` (bytes-like objects) back to back from the start of the claimed chunk;
+        return the number of bytes written."""
         if _step_hook is not None:
             _step_hook("WriterWritePayload", "writer", self.index)
-        start = self.ring.layout.data(self.index) + offset
-        self.ring.buf[start : start + len(data)] = data
+        buf = self.buf
+        off = self._d
+        for part in parts:
+            end = off + len(part)
+            buf[off:end] = part
+            off = end
+        return off - self._d
 
     # Spec: WriterClearReadFlag
     def _writer_clear_read_flag(self, r: int) -> None:
         if _step_hook is not None:
             _step_hook("WriterClearReadFlag", "writer", self.index)
-        self.ring.buf[self.ring.layout.meta(self.index) + 1 + r] = 0
+        self.buf[self._m + 1 + r] = 0
 
     # Spec: WriterPublish
     def _writer_publish(self) -> None:
         if _step_hook is not None:
             _step_hook("WriterPublish", "writer", self.index)
         fence()  # F3
-        self.ring.buf[self.ring.layout.meta(self.index)] = 1
-        self.index = (self.index + 1) % self.ring.max_chunks
+        self.buf[self._m] = 1
+        i = self.index + 1
+        if i == self.ring.max_chunks:
+            i = 0
+        self.index = i
+        self._m, self._d = self._metas[i], self._datas[i]
 
     def begin(self) -> None:
         """After a successful claim: ``written := 0``."""
@@ -251,8 +267,7 @@ class RingWriter:
         self._writer_publish()
 
     def data_view(self):
-        off = self.ring.layout.data(self.index)
-        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
+        return memoryview(self.buf)[self._d : self._d + self.ring.max_chunk_bytes]
 
     def unread_readers(self) -> list[int]:
         flags = self.ring.flags(self.index)
@@ -263,26 +278,37 @@ class RingWriter:
 
 class RingReader:
     """Reader ``r``'s cursor. Invariant: ``index`` is the chunk it reads next; it moves only in
-    ``_reader_ack`` and only by one."""
+    ``_reader_ack`` and only by one. ``_w``/``_f``/``_d``: offsets of the written flag, our read
+    flag and the data of ``index``."""
 
     def __init__(self, ring: ShmRingBuffer, r: int) -> None:
         if not 0 <= r < ring.n_reader:
             raise HandleError(f"reader index {r} out of range for n_reader={ring.n_reader}")
         self.ring = ring
+        self.buf = ring.buf
         self.r = r
         self.index = 0
+        self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
+        self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
+        self._set(0)
+
+    def _set(self, i: int) -> None:
+        self.index = i
+        self._w = self._metas[i]
+        self._f = self._w + 1 + self.r
+        self._d = self._datas[i]
 
     # Spec: ReaderLoadWritten
     def _reader_load_written(self) -> int:
         if _step_hook is not None:
             _step_hook("ReaderLoadWritten", self.r, self.index)
-        return self.ring.buf[self.ring.layout.meta(self.index)]
+        return self.buf[self._w]
 
     # Spec: ReaderLoadReadFlag
     def _reader_load_read_flag(self) -> int:
         if _step_hook is not None:
             _step_hook("ReaderLoadReadFlag", self.r, self.index)
-        return self.ring.buf[self.ring.layout.meta(self.index) + 1 + self.r]
+        return self.buf[self._f]
 
     def ready(self) -> bool:
         """Is the chunk at ``index`` written and not yet read by us?"""
@@ -296,13 +322,13 @@ class RingReader:
         """A memoryview of the chunk to read from; the caller copies out what it needs."""
         if _step_hook is not None:
             _step_hook("ReaderCopy", self.r, self.index)
-        off = self.ring.layout.data(self.index)
-        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
+        return memoryview(self.buf)[self._d : self._d + self.ring.max_chunk_bytes]
 
     # Spec: ReaderAck
     def _reader_ack(self) -> None:
         if _step_hook is not None:
             _step_hook("ReaderAck", self.r, self.index)
         fence()  # F5
-        self.ring.buf[self.ring.layout.meta(self.index) + 1 + self.r] = 1
-        self.index = (self.index + 1) % self.ring.max_chunks
+        self.buf[self._f] = 1
+        i = self.index + 1
+        self._set(0 if i == self.ring.max_chunks else i)
