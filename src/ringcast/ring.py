@@ -13,7 +13,7 @@ fails without it on a relaxed (Arm-like) memory model; docs/protocol.md has the 
   showed every reader done (a reader's copy must finish before the writer overwrites).
 * F2 after ``written := 0``: a reader must not see a cleared read flag while still seeing the
   old ``written = 1`` of the previous lap.
-* F2b after the payload, before the read flags are cleared: a reader that sees its flag cleared
+* F7 after the payload, before the read flags are cleared: a reader that sees its flag cleared
   (and a stale ``written = 1``) must see the whole payload.
 * F3 before ``written := 1`` (release): payload and cleared flags visible before publication.
 * F4 after the reader's flag loads (acquire): the copy reads the payload published with them.
@@ -261,7 +261,7 @@ class RingWriter:
 
     def finish(self) -> None:
         """After the payload: clear every read flag, then publish (the order the spec proves)."""
-        fence()  # F2b
+        fence()  # F7
         for r in self._readers:
             self._writer_clear_read_flag(r)
         self._writer_publish()

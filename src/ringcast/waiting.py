@@ -121,7 +121,7 @@ class EventCount:
         return load_u32(self.seq)
 
     def _park_announce(self) -> None:
-        fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence before ParkRecheck
+        fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence F6W before ParkRecheck
 
     def _park_sleep(self, snapshot: int, timeout: float) -> int:
         self.counters.parks += 1
@@ -132,7 +132,7 @@ class EventCount:
 
     # -- notifier side -------------------------------------------------------------------------
     def _notify_load_waiters(self) -> int:
-        # Full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
+        # F6N, a full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
         # read `waiters` (store->load order, which even x86 does not give without a fence).
         fence()
         return load_u32(self.waiters)
