@@ -511,6 +511,8 @@ class MessageQueue:
                 f"cannot pickle {type(obj).__name__} for the queue: {e}; nothing was written. Send picklable "
                 "objects (plain data, dataclasses), or convert this one first"
             ) from e
+        if not bufs:
+            return main, bufs
         raws = []
         for b in bufs:
             try:
@@ -558,11 +560,14 @@ class MessageQueue:
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
         chunks unread by some local reader), at most ``timeout`` seconds."""
-        self._check_writer("enqueue")
-        timeout = check_timeout(timeout)
-        self._check_cancelled("enqueue")
+        if self._closed or not self._is_writer:
+            self._check_writer("enqueue")
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if self._cancelled[0]:
+            self._check_cancelled("enqueue")
         main, bufs = self._serialize(obj)
-        size = len(main) + sum(b.nbytes for b in bufs)
+        size = len(main) + sum(b.nbytes for b in bufs) if bufs else len(main)
         if self.n_local_reader > 0:
             mcb = self.buffer.max_chunk_bytes
             if not bufs:
@@ -650,10 +655,14 @@ class MessageQueue:
 
     def dequeue(self, timeout: float | None = None):
         """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds."""
-        self._check_reader("dequeue")
-        timeout = check_timeout(timeout)
-        self._check_cancelled("dequeue")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._closed or self._is_writer:
+            self._check_reader("dequeue")
+        if timeout is None:
+            deadline = None
+        else:
+            deadline = time.monotonic() + check_timeout(timeout)
+        if self._cancelled[0]:
+            self._check_cancelled("dequeue")
         if self._is_remote_reader:
             frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout)
             self._messages += 1
