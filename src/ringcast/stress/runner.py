@@ -193,12 +193,15 @@ def run_scenario(
     scale: float = 1.0,
     fault: str | dict | None = None,
     progress: Progress | None = None,
+    spawn_allowance: float = _SPAWN_ALLOWANCE,
 ) -> dict:
     """Run one scenario and return its result dict (see :mod:`ringcast.stress.report`).
 
     ``fault`` is a test-only hook that makes the writer misbehave on purpose, to prove that the
     checker notices: ``"corrupt"``, ``"drop"``, ``"duplicate"`` or ``"reorder"`` (at sequence
-    number 5), or ``{"kind": ..., "at": seq}``.
+    number 5), or ``{"kind": ..., "at": seq}``. Every process must be done by
+    ``traffic + idle + scenario.timeout + spawn_allowance`` seconds from now, or it is stopped
+    (verdict FAIL).
     """
     if isinstance(fault, str):
         fault = {"kind": fault}
@@ -209,7 +212,7 @@ def run_scenario(
     duration, idle = sc.plan(quick, scale)
     span = duration + idle
     t_begin = time.monotonic()
-    deadline = t_begin + span + sc.timeout + _SPAWN_ALLOWANCE + 0.5 * sc.n_readers
+    deadline = t_begin + span + sc.timeout + spawn_allowance + 0.5 * sc.n_readers
     ctx = mp.get_context("spawn")
     kw = _queue_kwargs(sc.spin, sc.recheck_interval)
     errors: list[str] = []
@@ -393,7 +396,8 @@ def run_scenario(
                     results[i] = c.recv()
                 except EOFError:
                     pass
-        join_by = time.monotonic() + 5.0
+        # Without the end marker (writer error) a reader would wait for its deadline: don't wait.
+        join_by = time.monotonic() + (0.2 if errors else 5.0)
         for p in procs:
             p.join(timeout=max(0.0, join_by - time.monotonic()))
         for i, p in enumerate(procs):

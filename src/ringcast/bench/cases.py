@@ -1,0 +1,91 @@
+"""Benchmark cases: payload x readers x mode.
+
+Payloads: ``sched256`` (a ~256-byte scheduler-like dict), ``blob64k`` (64 KiB of bytes),
+``np1m`` (a 1 MiB numpy array; needs numpy). Modes:
+
+* ``hot``   - back-to-back: the writer sends, waits until every reader has acknowledged (a
+  shared-memory counter per reader, polled with ``sched_yield``), sends the next one. Latency is
+  one-way, from the writer's timestamp just before ``send`` to the reader's just after ``recv``.
+* ``idle``  - decode-like: one message, then the writer sleeps 1 ms (readers fall idle and, for
+  ringcast, park), then checks the acknowledgements. Same latency measure.
+* ``flood`` - throughput: ``count`` messages back-to-back without waiting; messages per second
+  until the last reader has the last message.
+* ``silent`` - nothing is sent for ``duration`` seconds: reader CPU while idle.
+
+The ``pickle`` baseline is ``pickle.loads(pickle.dumps(msg, protocol=5))`` of the same message
+in one process (hot cases only).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..stress.checker import scheduler_body
+from .transports import available
+
+__all__ = ["Case", "all_cases", "make_payload", "available_impls", "PAYLOADS"]
+
+PAYLOADS = ("sched256", "blob64k", "np1m")
+
+
+def _has_numpy() -> bool:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_payload(name: str):
+    if name == "sched256":
+        return scheduler_body(7, 300)
+    if name == "blob64k":
+        return os.urandom(64 * 1024)
+    if name == "np1m":
+        import numpy as np
+
+        return np.frombuffer(os.urandom(1 << 20), dtype=np.uint8).copy()
+    raise ValueError(f"unknown payload {name!r}")
+
+
+@dataclass(frozen=True)
+class Case:
+    payload: str
+    readers: int
+    mode: str
+    count: int  # messages per batch (hot/idle/flood) or 0 (silent)
+    duration: float = 0.0  # silent only
+
+    @property
+    def name(self) -> str:
+        if self.mode == "silent":
+            return f"silent/{self.readers}r"
+        return f"{self.mode}/{self.payload}/{self.readers}r"
+
+    def describe(self) -> str:
+        if self.mode == "silent":
+            return f"reader CPU while nothing is sent for {self.duration}s, {self.readers} readers"
+        return f"{self.mode}: {self.count} x {self.payload} to {self.readers} reader(s)"
+
+
+def all_cases(quick: bool = False) -> list[Case]:
+    payloads = [p for p in PAYLOADS if p != "np1m" or _has_numpy()]
+    hot = {"sched256": 400, "blob64k": 200, "np1m": 60}
+    idle = {"sched256": 200, "blob64k": 100, "np1m": 40}
+    flood = {"sched256": 3000, "blob64k": 400, "np1m": 60}
+    f = 0.25 if quick else 1.0
+    out = []
+    for readers in (1, 3):
+        for p in payloads:
+            out.append(Case(p, readers, "hot", max(10, int(hot[p] * f))))
+        for p in payloads:
+            out.append(Case(p, readers, "idle", max(10, int(idle[p] * f))))
+        for p in payloads:
+            out.append(Case(p, readers, "flood", max(10, int(flood[p] * f))))
+        out.append(Case("none", readers, "silent", 0, 0.3 if quick else 1.0))
+    return out
+
+
+def available_impls() -> dict:
+    return available()

@@ -1,0 +1,324 @@
+"""Interleaved benchmark runner.
+
+For each reader count, every transport's readers are started once and stay alive; then for
+each case and each round, every transport runs one batch, in alternating order (A B C, C B A,
+...), so slow drift of the machine (other tenants, thermal, frequency) hits all of them alike.
+Per case and transport the result is the median over rounds of each batch's statistic, and the
+comparison is the ratio of those medians.
+
+Protocol over each transport (tuples, pickled by the transport):
+``("begin", ack, seq)``, ``("d", seq, t_send_ns, payload)``, ``("end",)``, ``("stop",)``.
+Readers acknowledge by storing the sequence number in their slot of a shared array; results go
+back over a separate pipe per reader.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import sys
+import time
+import traceback
+
+from ..stress.stats import median
+from .cases import Case, make_payload
+from .transports import make_writer, open_reader
+
+__all__ = ["run_bench", "bench_reader_main"]
+
+_BATCH_TIMEOUT = 120.0
+
+
+def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
+    """Entry point of a benchmark reader process."""
+    close = None
+    try:
+        recv, close = open_reader(name, info, index)
+        mono_ns = time.monotonic_ns
+        lat: list[int] = []
+        count = 0
+        t_last = None
+        do_ack = False
+        cpu0 = wall0 = 0.0
+        while True:
+            m = recv()
+            t = mono_ns()
+            k = m[0]
+            if k == "d":
+                lat.append(t - m[2])
+                count += 1
+                t_last = t
+                if do_ack:
+                    ack[index] = m[1]
+            elif k == "begin":
+                lat = []
+                count = 0
+                t_last = None
+                do_ack = m[1]
+                cpu0, wall0 = time.process_time(), time.monotonic()
+                ack[index] = m[2]
+            elif k == "end":
+                conn.send({"lat": lat, "count": count, "t_last": t_last, "cpu": time.process_time() - cpu0, "wall": time.monotonic() - wall0})
+            elif k == "stop":
+                break
+    except BaseException as e:
+        try:
+            conn.send({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        except Exception:
+            pass
+    finally:
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                pass
+        conn.close()
+
+
+class _Group:
+    """One transport's writer and its N live readers."""
+
+    def __init__(self, name: str, n: int, ctx, spin: float | None = None) -> None:
+        self.name = name
+        self.n = n
+        self.seq = 0
+        self.procs: list = []
+        self.conns: list = []
+        self.writer = make_writer(name, spin)
+        self.ack = ctx.RawArray("q", n)
+        info = self.writer.prepare(n)
+        try:
+            for i in range(n):
+                r, w = ctx.Pipe(duplex=False)
+                p = ctx.Process(
+                    target=bench_reader_main,
+                    args=(name, self.writer.reader_info(info, i), i, self.ack, w),
+                    name=f"ringcast-bench-{name}-r{i}",
+                    daemon=True,
+                )
+                p.start()
+                w.close()
+                self.procs.append(p)
+                self.conns.append(r)
+            self.writer.connect()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_acks(self, seq: int, deadline: float) -> None:
+        ack = self.ack
+        yield_ = os.sched_yield
+        k = 0
+        while True:
+            for j in range(self.n):
+                if ack[j] < seq:
+                    break
+            else:
+                return
+            k += 1
+            if k & 1023 == 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.name}: readers did not acknowledge message {seq} in time")
+                for p in self.procs:
+                    if not p.is_alive():
+                        raise RuntimeError(f"{self.name}: reader {p.name} died (exit code {p.exitcode})")
+            yield_()
+
+    def batch(self, case: Case, payload) -> dict:
+        deadline = time.monotonic() + _BATCH_TIMEOUT
+        send = self.writer.send
+        mono_ns = time.monotonic_ns
+        self.seq += 1
+        send(("begin", case.mode in ("hot", "idle"), self.seq))
+        self._wait_acks(self.seq, deadline)
+        t0 = mono_ns()
+        if case.mode == "hot":
+            for _ in range(case.count):
+                self.seq += 1
+                send(("d", self.seq, mono_ns(), payload))
+                self._wait_acks(self.seq, deadline)
+        elif case.mode == "idle":
+            for _ in range(case.count):
+                self.seq += 1
+                send(("d", self.seq, mono_ns(), payload))
+                time.sleep(0.001)
+                self._wait_acks(self.seq, deadline)
+        elif case.mode == "flood":
+            for _ in range(case.count):
+                self.seq += 1
+                send(("d", self.seq, mono_ns(), payload))
+        else:  # silent
+            time.sleep(case.duration)
+        send(("end",))
+        res = []
+        for i, c in enumerate(self.conns):
+            if not c.poll(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"{self.name}: reader {i} sent no result")
+            r = c.recv()
+            if "error" in r:
+                raise RuntimeError(f"{self.name} reader {i}: {r['error']}")
+            res.append(r)
+        out: dict = {}
+        cpu = [r["cpu"] / r["wall"] for r in res if r["wall"] > 0]
+        out["reader_cpu_max"] = max(cpu) if cpu else None
+        out["reader_cpu_mean"] = sum(cpu) / len(cpu) if cpu else None
+        if case.mode in ("hot", "idle"):
+            lat = sorted(x for r in res for x in r["lat"])
+            out["p50_us"] = lat[len(lat) // 2] / 1e3
+            out["p99_us"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3
+        elif case.mode == "flood":
+            last = max(r["t_last"] or t0 for r in res)
+            if any(r["count"] != case.count for r in res):
+                raise RuntimeError(f"{self.name}: flood lost messages: {[r['count'] for r in res]} of {case.count}")
+            out["msgs_per_s"] = case.count / max(1e-9, (last - t0) / 1e9)
+        return out
+
+    def close(self) -> None:
+        try:
+            if all(p.is_alive() for p in self.procs) and self.procs:
+                self.writer.send(("stop",))
+        except Exception:
+            pass
+        for p in self.procs:
+            p.join(10.0)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(2.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(2.0)
+        for c in self.conns:
+            c.close()
+        self.writer.close()
+
+
+def _pickle_batch(case: Case, payload) -> dict:
+    lat = []
+    dumps, loads, now = pickle.dumps, pickle.loads, time.perf_counter_ns
+    for i in range(case.count):
+        msg = ("d", i, time.monotonic_ns(), payload)
+        t0 = now()
+        loads(dumps(msg, protocol=5))
+        lat.append(now() - t0)
+    lat.sort()
+    return {"p50_us": lat[len(lat) // 2] / 1e3, "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3}
+
+
+_METRICS = ("p50_us", "p99_us", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+
+
+def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = False, progress: bool = True, spin: float | None = None) -> dict:
+    import platform
+
+    ctx = mp.get_context("spawn")
+    names = [n for n in ("ringcast", "vllm", "zmq", "pipe", "torch") if n in impls]
+    raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
+    errors: list[str] = []
+    payloads: dict[str, object] = {}
+    t_start = time.monotonic()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"[{time.monotonic() - t_start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    for n in sorted({c.readers for c in cases}):
+        group_cases = [c for c in cases if c.readers == n]
+        groups: dict[str, _Group] = {}
+        try:
+            for name in names:
+                say(f"starting {name} with {n} reader(s)")
+                try:
+                    g = _Group(name, n, ctx, spin)
+                    groups[name] = g
+                    warm = Case("sched256", n, "hot", 20)
+                    g.batch(warm, make_payload("sched256"))
+                except Exception as e:
+                    errors.append(f"{name} ({n} readers): setup failed: {type(e).__name__}: {e}")
+                    groups.pop(name, None)
+            for case in group_cases:
+                if case.payload != "none" and case.payload not in payloads:
+                    payloads[case.payload] = make_payload(case.payload)
+                payload = payloads.get(case.payload)
+                say(f"{case.name}: {rounds} round(s) x {', '.join(groups)}" + (" + pickle" if case.mode == "hot" else ""))
+                for r in range(rounds):
+                    order = list(groups) if r % 2 == 0 else list(reversed(groups))
+                    if case.mode == "hot":
+                        order.insert(len(order) // 2, "pickle")
+                    for name in order:
+                        if name == "pickle":
+                            raw[case.name].setdefault(name, []).append(_pickle_batch(case, payload))
+                            continue
+                        g = groups.get(name)
+                        if g is None:
+                            continue
+                        try:
+                            raw[case.name].setdefault(name, []).append(g.batch(case, payload))
+                        except Exception as e:
+                            errors.append(f"{name} {case.name}: {type(e).__name__}: {e}")
+                            g.close()
+                            groups.pop(name, None)
+        finally:
+            for g in groups.values():
+                g.close()
+    summary: dict[str, dict] = {}
+    for case in cases:
+        per = {}
+        for name, rs in raw[case.name].items():
+            per[name] = {m: median([x[m] for x in rs if x.get(m) is not None]) for m in _METRICS}
+            per[name]["rounds"] = len(rs)
+        base = per.get("ringcast", {})
+        for name, st in per.items():
+            ratio = {}
+            for m in ("p50_us", "p99_us"):
+                if st.get(m) and base.get(m):
+                    ratio[m] = st[m] / base[m]  # > 1: ringcast is that many times faster
+            if st.get("msgs_per_s") and base.get("msgs_per_s"):
+                ratio["msgs_per_s"] = base["msgs_per_s"] / st["msgs_per_s"]
+            st["vs_ringcast"] = ratio
+        summary[case.name] = {"case": {"payload": case.payload, "readers": case.readers, "mode": case.mode, "count": case.count, "duration": case.duration}, "impls": per}
+    return {
+        "rounds": rounds,
+        "quick": quick,
+        "ringcast_spin": spin,
+        "impls": names,
+        "host": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "wall_s": round(time.monotonic() - t_start, 1),
+        "cases": summary,
+        "raw": raw,
+        "errors": errors,
+        "goals": _goals(summary),
+    }
+
+
+def _get(summary, case, impl, metric):
+    return summary.get(case, {}).get("impls", {}).get(impl, {}).get(metric)
+
+
+def _goals(s: dict) -> list[dict]:
+    """The performance goals of the project, evaluated on this run."""
+    goals = []
+
+    def add(goal, measured, ok, note=""):
+        goals.append({"goal": goal, "measured": measured, "met": ok, "note": note})
+
+    rc = _get(s, "hot/sched256/1r", "ringcast", "p50_us")
+    pk = _get(s, "hot/sched256/1r", "pickle", "p50_us")
+    if rc and pk:
+        add("256 B, 1 reader, hot: ringcast median one-way latency <= 2x pickle dumps+loads", f"{rc:.1f} us vs {pk:.1f} us = {rc / pk:.1f}x", rc / pk <= 2)
+    p99 = _get(s, "idle/sched256/3r", "ringcast", "p99_us")
+    if p99:
+        add("3 readers, 1 ms idle gaps: ringcast all-readers p99 < 300 us", f"{p99:.0f} us", p99 < 300)
+    cpu = _get(s, "silent/3r", "ringcast", "reader_cpu_max")
+    if cpu is not None:
+        add("3 readers, idle: reader CPU near zero (< 1% of a core)", f"{cpu * 100:.2f}%", cpu < 0.01)
+    for other, x, label in (("zmq", 2.0, "pyzmq PUB/SUB"), ("torch", 15.0, "broadcast_object_list (gloo)")):
+        for case in ("hot/sched256/1r", "hot/sched256/3r"):
+            r = _get(s, case, other, "vs_ringcast")
+            if r and r.get("p50_us"):
+                add(f"{case}: ringcast >= {x:g}x faster than {label} (median latency)", f"{r['p50_us']:.1f}x", r["p50_us"] >= x)
+    r = _get(s, "hot/np1m/3r", "ringcast", "p50_us")
+    if r:
+        add("1 MiB numpy, 3 readers, hot: ringcast median latency (reported)", f"{r:.0f} us", None)
+    return goals

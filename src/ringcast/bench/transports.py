@@ -1,0 +1,282 @@
+"""Transports compared by ``ringcast bench``: one writer (this process), N reader processes.
+
+Each transport has a writer half (``prepare`` before the readers start, ``connect`` after,
+``send``, ``close``) and a reader half built in the child by :func:`open_reader` (``recv``,
+``close``). Every transport moves the same Python objects (pickled by the transport itself, the
+way an application would use it):
+
+* ``ringcast`` - :class:`ringcast.MessageQueue` (default wait policy);
+* ``zmq``      - pyzmq PUB/SUB over ``ipc://`` (an XPUB socket, used only to learn that every
+  subscriber is connected, so no message is lost to the slow-joiner effect); pickle protocol 5
+  with out-of-band buffers sent as extra frames, high-water marks off;
+* ``pipe``     - one ``multiprocessing.Pipe`` per reader; the writer pickles once and
+  ``send_bytes`` to each;
+* ``torch``    - ``torch.distributed.broadcast_object_list`` on a gloo group (FileStore
+  rendezvous: no port); only when torch is importable;
+* ``vllm``     - vLLM's ``shm_broadcast.MessageQueue``, only when vLLM is importable (never a
+  dependency).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import secrets
+import tempfile
+import time
+
+__all__ = ["TRANSPORTS", "available", "make_writer", "open_reader"]
+
+_READY_TIMEOUT = 120.0
+
+
+def _has(mod: str) -> bool:
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class _RingcastWriter:
+    name = "ringcast"
+
+    def __init__(self, spin: float | None = None) -> None:
+        self.kw = {} if spin is None else {"spin": spin}
+
+    def _cls(self):
+        from ..queue import MessageQueue
+
+        return MessageQueue
+
+    def prepare(self, n: int):
+        self.mq = self._cls()(n, n, **self.kw)
+        return self.mq.export_handle()
+
+    def reader_info(self, info, i):
+        return (info, self.kw)
+
+    def connect(self) -> None:
+        self.mq.wait_until_ready(timeout=_READY_TIMEOUT)
+
+    def send(self, obj) -> None:
+        self.mq.enqueue(obj)
+
+    def close(self) -> None:
+        mq = getattr(self, "mq", None)
+        if mq is not None:
+            mq.close()
+
+
+class _VllmWriter(_RingcastWriter):
+    name = "vllm"
+
+    def __init__(self, spin: float | None = None) -> None:
+        self.kw = {}
+
+    def _cls(self):
+        from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+        return MessageQueue
+
+    def connect(self) -> None:
+        self.mq.wait_until_ready()
+
+    def close(self) -> None:  # older vLLM releases have no close()
+        mq = getattr(self, "mq", None)
+        if mq is not None and hasattr(mq, "close"):
+            mq.close()
+
+
+def _dumps_oob(obj) -> list:
+    bufs: list = []
+    main = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    return [main, *(b.raw() for b in bufs)]
+
+
+class _ZmqWriter:
+    name = "zmq"
+
+    def prepare(self, n: int):
+        import zmq
+
+        self.n = n
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.XPUB)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.path = os.path.join(tempfile.gettempdir(), f"ringcast-bench-{os.getpid()}-{secrets.token_hex(6)}.ipc")
+        self.sock.bind(f"ipc://{self.path}")
+        return f"ipc://{self.path}"
+
+    def reader_info(self, info, i):
+        return info
+
+    def connect(self) -> None:
+        import zmq
+
+        got = 0
+        deadline = time.monotonic() + _READY_TIMEOUT
+        while got < self.n:
+            if not self.sock.poll(int(max(1, (deadline - time.monotonic()) * 1000)), zmq.POLLIN):
+                raise TimeoutError(f"zmq: only {got}/{self.n} subscribers connected")
+            if self.sock.recv()[:1] == b"\x01":
+                got += 1
+        self.sock.send(b"READY")
+
+    def send(self, obj) -> None:
+        self.sock.send_multipart(_dumps_oob(obj), copy=False)
+
+    def close(self) -> None:
+        if getattr(self, "sock", None) is not None:
+            self.sock.close()
+            self.ctx.term()
+            self.sock = None
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+class _PipeWriter:
+    name = "pipe"
+
+    def prepare(self, n: int):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.pairs = [ctx.Pipe(duplex=False) for _ in range(n)]
+        return None
+
+    def reader_info(self, info, i):
+        return self.pairs[i][0]
+
+    def connect(self) -> None:
+        for r, _w in self.pairs:
+            r.close()  # the child has its own copy now
+        self.ws = [w for _r, w in self.pairs]
+
+    def send(self, obj) -> None:
+        data = pickle.dumps(obj, protocol=5)
+        for w in self.ws:
+            w.send_bytes(data)
+
+    def close(self) -> None:
+        for r, w in getattr(self, "pairs", []):
+            r.close()
+            w.close()
+        self.pairs = []
+
+
+class _TorchWriter:
+    name = "torch"
+
+    def prepare(self, n: int):
+        self.n = n
+        fd, self.path = tempfile.mkstemp(prefix="ringcast-bench-gloo-")
+        os.close(fd)
+        os.unlink(self.path)  # FileStore creates it; a stale file would confuse the rendezvous
+        return (f"file://{self.path}", n + 1)
+
+    def reader_info(self, info, i):
+        return info
+
+    def connect(self) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"file://{self.path}", rank=0, world_size=self.n + 1, timeout=datetime.timedelta(seconds=600))
+        self.dist = dist
+
+    def send(self, obj) -> None:
+        self.dist.broadcast_object_list([obj], src=0)
+
+    def close(self) -> None:
+        d = getattr(self, "dist", None)
+        if d is not None and d.is_initialized():
+            d.destroy_process_group()
+        try:
+            os.unlink(self.path)
+        except (FileNotFoundError, AttributeError):
+            pass
+
+
+TRANSPORTS = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "torch": _TorchWriter, "vllm": _VllmWriter}
+
+
+def available() -> dict:
+    """Transports usable here (without importing torch or vLLM)."""
+    out = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter}
+    if _has("torch"):
+        out["torch"] = _TorchWriter
+    if _has("vllm"):
+        out["vllm"] = _VllmWriter
+    return out
+
+
+def make_writer(name: str, spin: float | None = None):
+    """``spin``: the ringcast wait policy's spin budget (None: library default)."""
+    if name == "ringcast":
+        return _RingcastWriter(spin)
+    return TRANSPORTS[name]()
+
+
+def open_reader(name: str, info, index: int):
+    """In the reader process: ``(recv, close)``; returns once connected."""
+    if name in ("ringcast", "vllm"):
+        if name == "ringcast":
+            from ..queue import MessageQueue
+        else:
+            from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+        handle, kw = info
+        mq = MessageQueue.create_from_handle(handle, index, **kw)
+        if name == "ringcast":
+            mq.wait_until_ready(timeout=_READY_TIMEOUT)
+        else:
+            mq.wait_until_ready()
+        return mq.dequeue, getattr(mq, "close", lambda: None)
+    if name == "zmq":
+        import zmq
+
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SUBSCRIBE, b"")
+        s.connect(info)
+        if s.recv() != b"READY":
+            raise RuntimeError("zmq: expected READY")
+
+        def recv():
+            frames = s.recv_multipart(copy=False)
+            return pickle.loads(frames[0].buffer, buffers=[f.buffer for f in frames[1:]])
+
+        def close():
+            s.close()
+            ctx.term()
+
+        return recv, close
+    if name == "pipe":
+        conn = info
+
+        def recv():
+            return pickle.loads(conn.recv_bytes())
+
+        return recv, conn.close
+    if name == "torch":
+        import datetime
+
+        import torch.distributed as dist
+
+        init, world = info
+        dist.init_process_group("gloo", init_method=init, rank=index + 1, world_size=world, timeout=datetime.timedelta(seconds=600))
+
+        def recv():
+            box = [None]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+
+        return recv, dist.destroy_process_group
+    raise ValueError(f"unknown transport {name!r}")

@@ -1,0 +1,181 @@
+"""The ``ringcast`` command: ``ringcast stress`` and ``ringcast bench``.
+
+``ringcast stress`` runs the scenarios of the top-level ``stress/`` folder (docs/stress.md) and
+exits non-zero on any violation; ``ringcast bench`` compares ringcast with other transports
+(docs/performance.md). Both write JSON, a markdown report and PNG plots into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_stress(sub) -> None:
+    p = sub.add_parser(
+        "stress",
+        help="run the stress suite (correctness under load, latency, CPU); exit 1 on any violation",
+        description=(
+            "Run stress scenarios: one writer (this process) and reader processes (spawned), every message "
+            "checked for loss, duplication, reordering and corruption. Prints a summary table and a PASS/FAIL "
+            "verdict; writes summary.json, report.md and PNG plots into --out. The default run takes about a "
+            "minute; --quick about 10-20 seconds (for CI)."
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="short run for CI (each scenario's quick_duration)")
+    p.add_argument("--out", default="stress-out", metavar="DIR", help="output folder (default: ./stress-out)")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="run this scenario file (a Python file defining SCENARIO = dict(...)); repeatable. "
+        "Given alone it replaces the built-in set; add --builtin to run both",
+    )
+    p.add_argument("--builtin", action="store_true", help="with --scenario: also run the built-in scenarios")
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only the named scenario(s); repeatable")
+    p.add_argument("--scale", type=float, default=1.0, metavar="X", help="multiply every duration by X (default 1)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="compare ringcast with pyzmq, multiprocessing.Pipe, torch.distributed and vLLM (when importable)",
+        description=(
+            "Side-by-side benchmarks, implementations interleaved (A B A B ...) so machine drift cancels; "
+            "results are medians and ratios of medians. Writes bench.json, bench.md and PNG plots into --out."
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="short run (fewer rounds and messages)")
+    p.add_argument("--out", default="bench-out", metavar="DIR", help="output folder (default: ./bench-out)")
+    p.add_argument("--rounds", type=int, default=None, metavar="N", help="interleaved rounds per case (default 5, quick 2)")
+    p.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="implementations to run (ringcast, zmq, pipe, torch, vllm); repeatable; default: all importable",
+    )
+    p.add_argument("--ringcast-spin", type=float, default=None, metavar="S", help="ringcast's spin budget in seconds (default: the library default)")
+    p.add_argument("--case", action="append", default=[], metavar="NAME", help="run only cases whose name contains NAME; repeatable")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ringcast", description="ringcast: shared-memory broadcast queue - tools")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    _add_stress(sub)
+    _add_bench(sub)
+    return parser
+
+
+def _cmd_stress(args) -> int:
+    from .stress.report import summary_table, write_outputs
+    from .stress.runner import Progress, run_suite
+    from .stress.scenario import builtin_dir, builtin_scenarios, load_scenario
+
+    paths = list(args.scenario)
+    if not paths or args.builtin:
+        found = builtin_scenarios()
+        if not found and not paths:
+            print(
+                "ringcast stress: no built-in scenarios found (looked for the repository's stress/ folder; "
+                "set RINGCAST_STRESS_DIR or pass --scenario FILE)",
+                file=sys.stderr,
+            )
+            return 2
+        paths = found + paths
+    try:
+        scenarios = [load_scenario(p) for p in paths]
+    except (OSError, ValueError) as e:
+        print(f"ringcast stress: {e}", file=sys.stderr)
+        return 2
+    if args.only:
+        names = {s.name for s in scenarios}
+        missing = [n for n in args.only if n not in names]
+        if missing:
+            print(f"ringcast stress: unknown scenario(s) {missing}; known: {sorted(names)}", file=sys.stderr)
+            return 2
+        scenarios = [s for s in scenarios if s.name in args.only]
+    if args.list:
+        d = builtin_dir()
+        print(f"built-in scenarios: {d if d else '(none found)'}")
+        for s in scenarios:
+            d, i = s.plan(args.quick, args.scale)
+            print(f"  {s.name:<16} {s.readers}+{s.remote_readers} readers, {d + i:5.1f}s  {s.source}")
+            print(f"    {s.stresses}")
+        return 0
+    if args.scale <= 0:
+        print("ringcast stress: --scale must be > 0", file=sys.stderr)
+        return 2
+    progress = Progress(enabled=not args.no_progress)
+    progress.line(f"ringcast stress: {len(scenarios)} scenario(s){' (quick)' if args.quick else ''}, outputs in {args.out}")
+    suite = run_suite(scenarios, quick=args.quick, scale=args.scale, progress=progress)
+    paths = write_outputs(suite, args.out, plots=not args.no_plots)
+    print(summary_table(suite))
+    print(f"report: {paths['markdown']}  json: {paths['json']}" + (f"  plots: {', '.join(str(p) for p in paths['plots'])}" if paths["plots"] else ""))
+    if paths["plot_note"] and not args.no_plots:
+        print(f"plots: {paths['plot_note']}")
+    return 0 if suite["verdict"] == "PASS" else 1
+
+
+def _cmd_bench(args) -> int:
+    from .bench.cases import all_cases, available_impls
+    from .bench.report import bench_table, write_bench_outputs
+    from .bench.runner import run_bench
+
+    cases = all_cases(quick=args.quick)
+    if args.case:
+        cases = [c for c in cases if any(k in c.name for k in args.case)]
+    impls = available_impls()
+    if args.impl:
+        unknown = [i for i in args.impl if i not in impls]
+        if unknown:
+            print(f"ringcast bench: implementation(s) {unknown} not available here; available: {sorted(impls)}", file=sys.stderr)
+            return 2
+        impls = {k: v for k, v in impls.items() if k in args.impl or k == "ringcast"}
+    if args.list:
+        print("implementations: " + ", ".join(sorted(impls)) + "  (baseline: pickle dumps+loads in one process, hot cases)")
+        for c in cases:
+            print(f"  {c.name:<28} {c.describe()}")
+        return 0
+    rounds = args.rounds if args.rounds is not None else (2 if args.quick else 5)
+    if rounds < 1:
+        print("ringcast bench: --rounds must be >= 1", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    result = run_bench(cases, impls, rounds=rounds, quick=args.quick, progress=not args.no_progress, spin=args.ringcast_spin)
+    paths = write_bench_outputs(result, args.out, plots=not args.no_plots)
+    print(bench_table(result))
+    print(f"({time.monotonic() - t0:.0f}s) report: {paths['markdown']}  json: {paths['json']}" + (f"  plots: {', '.join(str(p) for p in paths['plots'])}" if paths["plots"] else ""))
+    if paths["plot_note"] and not args.no_plots:
+        print(f"plots: {paths['plot_note']}")
+    return 0 if not result["errors"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "stress":
+            return _cmd_stress(args)
+        if args.command == "bench":
+            return _cmd_bench(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

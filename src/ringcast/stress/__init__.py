@@ -1,0 +1,15 @@
+"""The stress suite behind ``ringcast stress`` (docs/stress.md).
+
+* :mod:`.scenario` - scenario files (top-level ``stress/``) and their loader;
+* :mod:`.checker` - message framing (sequence number, timestamp, CRC-32) and the per-reader
+  integrity checker (loss, duplicate, reorder, corruption);
+* :mod:`.runner` - runs a scenario: writer here, readers in 'spawn' children, deadlines;
+* :mod:`.report` - summary table, JSON, markdown and plots;
+* :mod:`.stats` - mergeable latency histograms.
+"""
+
+from .checker import SequenceChecker as SequenceChecker
+from .runner import run_scenario as run_scenario, run_suite as run_suite
+from .scenario import Scenario as Scenario, load_scenario as load_scenario
+
+__all__ = ["Scenario", "SequenceChecker", "load_scenario", "run_scenario", "run_suite"]
