@@ -77,31 +77,33 @@ def from_flatten_dict(cls, d: dict):
     plain: dict = {}
     dicts: dict[str, dict] = {}
     counts: dict[str, int] = {}
-    for key, value in d.items():
+    entries = []
+    for key, value in d.items():  # first pass: plain fields and dict markers, in any order
         if not isinstance(key, str):
             raise ValueError(f"flattened keys are str, got {type(key).__name__} {key!r}")
         name, dot, rest = key.partition(".")
         if name not in names:
             raise ValueError(f"key {key!r} does not fit {cls.__name__}: it has no field {name!r} (fields: {sorted(names)})")
         if not dot:
-            if name in counts:
-                raise ValueError(f"key {key!r}: field {name!r} of {cls.__name__} is given both as a value and as a dict")
             plain[name] = value
         elif rest == "":
-            if name in plain:
-                raise ValueError(f"key {key!r}: field {name!r} of {cls.__name__} is given both as a value and as a dict")
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"key {key!r} is a dict marker and holds the key count, got {value!r}")
             counts[name] = value
-            dicts.setdefault(name, {})
+            dicts[name] = {}
         else:
-            if name not in counts:
-                raise ValueError(f"key {key!r}: field {name!r} is not a flattened dict here (its marker {name + '.'!r} must come first)")
-            try:
-                k = decode_key(rest)
-            except ValueError as e:
-                raise ValueError(f"key {key!r} of {cls.__name__}: {e}") from None
-            dicts[name][k] = value
+            entries.append((key, name, rest, value))
+    for name in plain:
+        if name in counts:
+            raise ValueError(f"key {name!r}: field {name!r} of {cls.__name__} is given both as a value and as a dict ({name + '.'!r})")
+    for key, name, rest, value in entries:  # second pass: dict entries, in their order
+        if name not in counts:
+            raise ValueError(f"key {key!r}: field {name!r} is not a flattened dict here (no marker {name + '.'!r})")
+        try:
+            k = decode_key(rest)
+        except ValueError as e:
+            raise ValueError(f"key {key!r} of {cls.__name__}: {e}") from None
+        dicts[name][k] = value
     for name, n in counts.items():
         if len(dicts[name]) != n:
             raise ValueError(f"field {name!r} of {cls.__name__}: the marker says {n} keys but {len(dicts[name])} arrived")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ._wire import TensorMetadata, _bytes_view, broadcast_tensors, check_sendable, group_for, recv, send, send_error
+from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, recv, send, send_error
 from .errors import BroadcastError
 from .group import BroadcastGroup
 
