@@ -112,3 +112,12 @@ def test_bench_smoke(tmp_path: Path, capsys):
     assert {"ringcast", "pipe", "pickle"} <= set(impls)
     assert impls["pipe"]["vs_ringcast"]["p50_us"] > 0
     assert "Goals:" in out and (tmp_path / "bench.md").exists()
+
+
+def test_spec_subcommand_forwards_to_the_tlc_driver():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ringcast.cli", "spec", "--list"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ring_correct" in r.stdout and "ring_publish_before_clear" in r.stdout

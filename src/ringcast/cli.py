@@ -69,12 +69,48 @@ def _add_bench(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
 
 
+def _add_spec(sub) -> None:
+    p = sub.add_parser(
+        "spec",
+        help="check the TLA+ models with TLC (runs tools/tlc.py from the source tree)",
+        description="Run tools/tlc.py (the TLC driver) with the given arguments.",
+    )
+    p.add_argument("tlc_args", nargs="*", help="arguments passed on to tools/tlc.py (e.g. --list, --model NAME); `ringcast spec --help` shows its help")
+
+
+def _find_tlc_driver() -> str | None:
+    """tools/tlc.py of the source tree this package was installed from (editable installs)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in (os.path.join(here, "..", ".."), os.getcwd()):
+        cand = os.path.normpath(os.path.join(up, "tools", "tlc.py"))
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def _cmd_spec(tlc_args: list[str]) -> int:
+    import subprocess
+
+    driver = _find_tlc_driver()
+    if driver is None:
+        print(
+            "ringcast spec: tools/tlc.py not found; run it from a checkout of ringcast "
+            "(python tools/tlc.py), where spec/ and its models live",
+            file=sys.stderr,
+        )
+        return 2
+    return subprocess.call([sys.executable, driver, *tlc_args])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringcast", description="ringcast: shared-memory broadcast queue - tools")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _add_stress(sub)
     _add_bench(sub)
+    _add_spec(sub)
     return parser
 
 
@@ -163,6 +199,9 @@ def _cmd_bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["spec"]:  # everything after `spec` belongs to tools/tlc.py, --help included
+        return _cmd_spec(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

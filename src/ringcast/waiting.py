@@ -33,8 +33,8 @@ out and the condition already holds while ``seq`` did not move, a wake-up was lo
 timeout by microseconds) and ``recheck_hits`` counts it. It should stay 0; the stress suite
 reports it, and a test drops a notification on purpose to show the cap recovers it.
 
-Why a futex and not the alternatives (numbers in docs/performance.md, measured by
-``ringcast bench --wake``): a named POSIX semaphore needs one post per sleeper and leaks its
+Why a futex and not the alternatives (numbers in docs/waiting.md, measured by
+``python tools/bench_wake.py``): a named POSIX semaphore needs one post per sleeper and leaks its
 name if a process dies; an eventfd cannot be shared through a name, only by passing fds; a ZeroMQ
 notify socket costs a socket round trip (~30-60 us) and an I/O thread per process. A futex word
 lives in the segment we already share, costs nothing when nobody sleeps, wakes all sleepers with
