@@ -55,6 +55,22 @@ load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(__atomic_load_n(p, __ATOMIC_SEQ_CST));
 }
 
+/* fence_load_u32(addr): a full fence, then an atomic load: the notifier's F6N + NotifyLoadWaiters
+ * in one call (it runs after every publish and every acknowledgement). */
+static PyObject *
+fence_load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint32_t *p;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "fence_load_u32(addr)");
+        return NULL;
+    }
+    if (get_addr(args[0], &p) < 0)
+        return NULL;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return PyLong_FromUnsignedLong(__atomic_load_n(p, __ATOMIC_SEQ_CST));
+}
+
 static PyObject *
 fetch_add_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -165,6 +181,7 @@ address_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"fence", (PyCFunction)(void (*)(void))fence, METH_FASTCALL, "Sequentially consistent memory fence."},
     {"load_u32", (PyCFunction)(void (*)(void))load_u32, METH_FASTCALL, "Atomic 32-bit load."},
+    {"fence_load_u32", (PyCFunction)(void (*)(void))fence_load_u32, METH_FASTCALL, "Full fence, then atomic 32-bit load."},
     {"fetch_add_u32", (PyCFunction)(void (*)(void))fetch_add_u32, METH_FASTCALL, "Atomic fetch-and-add; returns the old value."},
     {"futex_wait", (PyCFunction)(void (*)(void))futex_wait, METH_FASTCALL, "Sleep while *addr == expected."},
     {"futex_wake", (PyCFunction)(void (*)(void))futex_wake, METH_FASTCALL, "Wake up to n sleepers on addr."},

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["NATIVE", "HAVE_FUTEX", "fence", "load_u32", "fetch_add_u32", "futex_wait", "futex_wake", "address_of"]
+__all__ = ["NATIVE", "HAVE_FUTEX", "fence", "fence_load_u32", "load_u32", "fetch_add_u32", "futex_wait", "futex_wake", "address_of"]
 
 try:  # pragma: no branch - which branch runs depends on the build
     from ringcast import _atomics as _native
@@ -31,6 +31,7 @@ WOKEN, VALUE_CHANGED, TIMED_OUT, INTERRUPTED = 0, 1, 2, 3
 if _native is not None:
     fence = _native.fence
     load_u32 = _native.load_u32
+    fence_load_u32 = _native.fence_load_u32
     fetch_add_u32 = _native.fetch_add_u32
     futex_wait = _native.futex_wait
     futex_wake = _native.futex_wake
@@ -53,6 +54,8 @@ else:  # pragma: no cover
     def load_u32(addr: int) -> int:
         fence()
         return ctypes.c_uint32.from_address(addr).value
+
+    fence_load_u32 = load_u32
 
     def fetch_add_u32(addr: int, delta: int) -> int:
         raise NotImplementedError("atomic fetch_add needs ringcast._atomics (reinstall with a C compiler)")

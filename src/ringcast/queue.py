@@ -160,6 +160,18 @@ def _check_rank_list(ranks, n_local_reader: int) -> list[int]:
     return ranks
 
 
+def _policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> WaitPolicy:
+    """The wait policy of one side. Looks without yielding only while the writer and every local
+    reader can each have a CPU of their own (on 2 cores with 3 readers they would steal the
+    writer's core, see docs/waiting.md)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        cpus = os.cpu_count() or 1
+    tight = 64 if n_local_reader + 1 <= cpus else 0
+    return WaitPolicy(spin, recheck_interval, warn_interval, tight)
+
+
 class _AllowListUnpickler(pickle.Unpickler):
     """An unpickler that only builds classes/functions named in an allow-list. Plain data (None,
     bool, int, float, str, bytes, bytearray, tuple, list, dict, set) needs no entry."""
@@ -228,7 +240,7 @@ class MessageQueue:
         _check_fd_headroom()
         if remote_curve and not zmq.has("curve"):
             raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
-        self._init_common(WaitPolicy(spin, recheck_interval, warn_interval))
+        self._init_common(_policy(spin, recheck_interval, warn_interval, n_local_reader))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
         self.n_remote_reader = n_reader - n_local_reader
@@ -373,7 +385,7 @@ class MessageQueue:
             raise HandleError(f"rank must be a non-negative int, got {rank!r}")
         _check_fd_headroom()
         self = object.__new__(MessageQueue)
-        self._init_common(WaitPolicy(spin, recheck_interval, warn_interval))
+        self._init_common(_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
@@ -789,6 +801,9 @@ class MessageQueue:
             except FileNotFoundError:
                 pass
         if self.buffer is not None:
+            reader = getattr(self, "_reader", None)
+            if reader is not None:
+                reader.release()
             self.buffer.unlink()
             self.buffer.close()
 

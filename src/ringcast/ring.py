@@ -286,6 +286,7 @@ class RingReader:
             raise HandleError(f"reader index {r} out of range for n_reader={ring.n_reader}")
         self.ring = ring
         self.buf = ring.buf
+        self._mv = memoryview(ring.buf)  # sliced per message; released by release()
         self.r = r
         self.index = 0
         self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
@@ -322,7 +323,11 @@ class RingReader:
         """A memoryview of the chunk to read from; the caller copies out what it needs."""
         if _step_hook is not None:
             _step_hook("ReaderCopy", self.r, self.index)
-        return memoryview(self.buf)[self._d : self._d + self.ring.max_chunk_bytes]
+        return self._mv[self._d : self._d + self.ring.max_chunk_bytes]
+
+    def release(self) -> None:
+        """Drop this cursor's view of the mapping (before the ring is closed)."""
+        self._mv.release()
 
     # Spec: ReaderAck
     def _reader_ack(self) -> None:

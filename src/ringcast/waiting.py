@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 from . import atomics
-from .atomics import HAVE_FUTEX, TIMED_OUT, fence, fetch_add_u32, futex_wait, futex_wake, load_u32
+from .atomics import HAVE_FUTEX, TIMED_OUT, fence_load_u32, fetch_add_u32, futex_wait, futex_wake, load_u32
 from .errors import Cancelled
 
 __all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN"]
@@ -88,6 +88,10 @@ class WaitPolicy:
     spin: float = DEFAULT_SPIN
     recheck_interval: float = DEFAULT_RECHECK
     warn_interval: float = DEFAULT_WARN
+    #: Looks at the ring before the first ``sched_yield``: a message that follows within a few
+    #: microseconds is taken without a system call. Set by the queue: 0 where the processes of
+    #: one queue outnumber the CPUs, because a look that does not yield steals a peer's core.
+    tight_looks: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin", _check_seconds("spin", self.spin))
@@ -134,8 +138,7 @@ class EventCount:
     def _notify_load_waiters(self) -> int:
         # F6N, a full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
         # read `waiters` (store->load order, which even x86 does not give without a fence).
-        fence()
-        return load_u32(self.waiters)
+        return fence_load_u32(self.waiters)
 
     def _notify_wake(self) -> None:
         if self.drop_wakes:
@@ -146,6 +149,7 @@ class EventCount:
         self.counters.wakeups += 1
 
     def notify(self) -> None:
+        """NotifyLoadWaiters, then NotifyWake only if somebody is (about to be) parked."""
         if self._notify_load_waiters():
             self._notify_wake()
 
@@ -186,7 +190,10 @@ class Waiter:
         spin_end = start + p.spin
         cancelled = self.cancelled
         yield_ = os.sched_yield
-        # Spin phase.
+        # Spin phase: a few looks without a system call, then look-and-yield until `spin` is over.
+        for _ in range(p.tight_looks):
+            if ready():
+                return
         while True:
             if cancelled[0]:
                 raise Cancelled(f"{what}: shutdown() was called while waiting")

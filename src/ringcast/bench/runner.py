@@ -213,7 +213,7 @@ def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = 
     import platform
 
     ctx = mp.get_context("spawn")
-    names = [n for n in ("ringcast", "vllm", "zmq", "pipe", "torch") if n in impls]
+    names = [n for n in ("ringcast", "vllm", "zmq", "pipe", "torch", "floor") if n in impls]
     raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
     errors: list[str] = []
     payloads: dict[str, object] = {}

@@ -14,7 +14,11 @@ way an application would use it):
 * ``torch``    - ``torch.distributed.broadcast_object_list`` on a gloo group (FileStore
   rendezvous: no port); only when torch is importable;
 * ``vllm``     - vLLM's ``shm_broadcast.MessageQueue``, only when vLLM is importable (never a
-  dependency).
+  dependency);
+* ``floor``    - not a transport anyone should use: the least a Python shared-memory broadcast
+  can cost. One slot, an 8-byte sequence word and one ack word per reader, both sides
+  busy-spinning without yielding, no fences, no waiting policy, no overflow: pickle, one
+  copy in, one ``pickle.loads`` out. It answers "how close to pickle can pure Python get?".
 """
 
 from __future__ import annotations
@@ -203,12 +207,86 @@ class _TorchWriter:
             pass
 
 
-TRANSPORTS = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "torch": _TorchWriter, "vllm": _VllmWriter}
+_FLOOR_CAP = 4 << 20  # payload capacity of the floor mailbox (the 1 MiB cases fit)
+
+
+class _FloorWriter:
+    name = "floor"
+
+    def prepare(self, n: int):
+        from ..shm import Segment
+
+        self.n = n
+        self.seg = Segment.create(8 * (2 + n) + _FLOOR_CAP)
+        self.words = memoryview(self.seg.buf).cast("Q")  # [seq, length, ack_0 .. ack_{n-1}]
+        self.seq = 0
+        return self.seg.name
+
+    def reader_info(self, info, i):
+        return info
+
+    def connect(self) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT
+        while any(self.words[2 + i] != 1 for i in range(self.n)):  # each reader says hello
+            if time.monotonic() > deadline:
+                raise TimeoutError("floor: readers did not attach")
+            time.sleep(0.001)
+        for i in range(self.n):
+            self.words[2 + i] = 0
+
+    def send(self, obj) -> None:
+        data = pickle.dumps(obj, protocol=5)
+        words, seq, hdr = self.words, self.seq, 8 * (2 + self.n)
+        for i in range(2, 2 + self.n):
+            while words[i] != seq:
+                pass
+        self.seg.buf[hdr : hdr + len(data)] = data
+        words[1] = len(data)
+        self.seq = seq + 1
+        words[0] = seq + 1
+
+    def close(self) -> None:
+        if getattr(self, "seg", None) is not None:
+            self.words.release()
+            self.seg.close()
+            self.seg.unlink()
+            self.seg = None
+
+
+def _open_floor_reader(name: str, index: int, n_hint=None):
+    from ..shm import Segment
+
+    seg = Segment.attach(name)
+    words = memoryview(seg.buf).cast("Q")
+    n = (len(seg.buf) - _FLOOR_CAP) // 8 - 2
+    hdr = 8 * (2 + n)
+    view = memoryview(seg.buf)
+    words[2 + index] = 1
+    state = {"seen": 0}
+
+    def recv():
+        seen = state["seen"]
+        while words[0] == seen:
+            pass
+        obj = pickle.loads(view[hdr : hdr + words[1]])
+        state["seen"] = seen + 1
+        words[2 + index] = seen + 1
+        return obj
+
+    def close():
+        words.release()
+        view.release()
+        seg.close()
+
+    return recv, close
+
+
+TRANSPORTS = {"floor": _FloorWriter, "ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "torch": _TorchWriter, "vllm": _VllmWriter}
 
 
 def available() -> dict:
     """Transports usable here (without importing torch or vLLM)."""
-    out = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter}
+    out = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if _has("vllm"):
@@ -237,6 +315,8 @@ def open_reader(name: str, info, index: int):
         else:
             mq.wait_until_ready()
         return mq.dequeue, getattr(mq, "close", lambda: None)
+    if name == "floor":
+        return _open_floor_reader(info, index)
     if name == "zmq":
         import zmq
 
