@@ -432,6 +432,14 @@ class MessageQueue:
             raise
         return self
 
+    @staticmethod
+    def create_from_process_group(pg, max_chunk_bytes: int = 1024 * 1024 * 10, max_chunks: int = 10, writer_rank: int = 0, **kwargs) -> "MessageQueue":
+        """vLLM's spelling of :func:`ringcast.torch.create_from_process_group` (collective over a
+        ``torch.distributed`` group; needs ``ringcast[torch]``). torch is imported only here."""
+        from .torch import create_from_process_group
+
+        return create_from_process_group(pg, max_chunk_bytes, max_chunks, writer_rank, **kwargs)
+
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """The READY handshake: the writer waits until every reader has subscribed (XPUB_VERBOSE
         delivers each subscription), then sends READY; each reader waits for READY. After it,

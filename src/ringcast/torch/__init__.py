@@ -1,7 +1,7 @@
 """ringcast.torch: the torch half (install ``ringcast[torch]``).
 
-* :func:`create_from_process_group` - a MessageQueue over a process group (also attached as the
-  staticmethod ``MessageQueue.create_from_process_group`` when this package is imported).
+* :func:`create_from_process_group` - a MessageQueue over a process group (also reachable as
+  vLLM spells it, ``MessageQueue.create_from_process_group``, which imports this package lazily).
 * :class:`BroadcastGroup` - cpu group + device group + queue + ranks, with
   ``broadcast_object``, ``broadcast_tensor_dict`` and ``broadcast_dataclass``.
 * :func:`broadcast_tensor_dict`, :func:`broadcast_dataclass`, :func:`broadcast_tensors`.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import torch as _torch  # noqa: F401 - the real torch (absolute import), not this package
 
-from ..queue import MessageQueue as _MessageQueue
 from ._wire import TensorMetadata, broadcast_tensors
 from .dataclass_broadcast import broadcast_dataclass, walk
 from .errors import BroadcastError, FollowerError, FollowerFailedError, SenderError, StructureMismatchError
@@ -23,10 +22,6 @@ from .flatten import decode_key, encode_key, from_flatten_dict, to_flatten_dict
 from .group import BroadcastGroup, create_from_process_group
 from .rpc import Driver, Follower, follower_loop
 from .tensor_dict import broadcast_tensor_dict
-
-# vLLM spells it MessageQueue.create_from_process_group(pg, max_chunk_bytes, max_chunks, writer_rank).
-if not hasattr(_MessageQueue, "create_from_process_group"):
-    _MessageQueue.create_from_process_group = staticmethod(create_from_process_group)
 
 __all__ = [
     "BroadcastError",
