@@ -26,6 +26,9 @@ OrderNoClearWritten     == <<"payload", "clear_flags", "publish">>
 \* Overflow: the payload goes out over the socket before / after publish.
 OrderSendBeforePublish == <<"clear_written", "payload", "clear_flags", "send", "publish">>
 OrderSendAfterPublish  == <<"clear_written", "payload", "clear_flags", "publish", "send">>
+\* ... or before the read flags are cleared (then no reader can see the
+\* marker before the payload is queued for it):
+OrderSendBeforeClear   == <<"clear_written", "payload", "send", "clear_flags", "publish">>
 
 \* Refinement of the abstract broadcast log (Broadcast.tla): the log is
 \* what the writer has written, a reader's cursor is what it delivered.

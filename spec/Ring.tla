@@ -85,9 +85,11 @@ VARIABLES
     recv,      \* [Readers -> Seq(Int)]  history: what each reader delivered
     sent,      \* Seq(Msgs)              history: payloads the writer wrote
     fifo,      \* [Readers -> Seq(Msgs)]  overflow channel (ZeroMQ PUB/SUB)
-    seq,       \* eventcount sequence word (futex word)
     waiters,   \* eventcount waiter count
-    snap,      \* [Procs -> Nat]     seq as snapshotted by ParkSnapshot
+    moved,     \* [Procs -> BOOLEAN] the eventcount's sequence word (futex
+               \*   word) has changed since p's ParkSnapshot.  The word only
+               \*   grows and is only compared for equality, so this bit is an
+               \*   exact abstraction of "seq # snapshot" (keeps the model finite)
     pready     \* [Procs -> BOOLEAN] ring condition when the park began
                \*   (a hoisted recheck load may return it; RELAXED, no F6W)
 
@@ -95,7 +97,7 @@ mem    == <<written, rflag, data>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
-evars  == <<seq, waiters, snap, pready>>
+evars  == <<waiters, moved, pready>>
 vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars>>
 
 -----------------------------------------------------------------------------
@@ -348,10 +350,10 @@ ReaderRecvOverflow(r) ==
 \* waiting.py::EventCount._park_snapshot
 ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
-    /\ snap' = [snap EXCEPT ![p] = seq]
+    /\ moved' = [moved EXCEPT ![p] = FALSE]          \* s := seq
     /\ pready' = IF StaleRChk THEN [pready EXCEPT ![p] = Ready(p)] ELSE pready
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, waiters>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters>>
 
 \* waiting.py::EventCount._park_announce
 ParkAnnounce(p) ==
@@ -359,9 +361,9 @@ ParkAnnounce(p) ==
     /\ BufEmpty(p)          \* atomic read-modify-write: drains the buffer
     /\ waiters' = waiters + 1
     /\ pc' = [pc EXCEPT ![p] = IF Recheck THEN "park_recheck" ELSE "park_sleep"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, snap, pready>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, pready>>
 
-\* waiting.py::EventCount._park_recheck
+\* waiting.py::Waiter._park_recheck
 ParkRecheck(p) ==
     /\ pc[p] = "park_recheck"
     /\ \E ready \in IF StaleRChk THEN {Ready(p), pready[p]} ELSE {Ready(p)} :
@@ -371,7 +373,7 @@ ParkRecheck(p) ==
 \* waiting.py::EventCount._park_sleep
 ParkSleep(p) ==
     /\ pc[p] = "park_sleep"
-    /\ seq # snap[p]        \* futex_wait blocks while seq = snapshot
+    /\ moved[p]             \* futex_wait blocks while seq = snapshot
     /\ pc' = [pc EXCEPT ![p] = "park_retire"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
@@ -380,7 +382,9 @@ ParkRetire(p) ==
     /\ pc[p] = "park_retire"
     /\ waiters' = waiters - 1
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, seq, snap, pready>>
+    /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
+    /\ pready' = [pready EXCEPT ![p] = FALSE]    \* normalisation only
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo>>
 
 \* waiting.py::EventCount._notify_load_waiters
 NotifyLoadWaiters(p) ==
@@ -393,9 +397,11 @@ NotifyLoadWaiters(p) ==
 \* waiting.py::EventCount._notify_wake
 NotifyWake(p) ==
     /\ pc[p] = "notify_wake"
-    /\ seq' = seq + 1       \* futex wake all
+    \* seq += 1; futex wake all.  (moved is normalised to FALSE for processes
+    \* that are not between ParkSnapshot and ParkRetire: it is unused there.)
+    /\ moved' = [q \in Procs |-> pc[q] \in {"park_announce", "park_recheck", "park_sleep"}]
     /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, snap, pready>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, pready>>
 
 -----------------------------------------------------------------------------
 (********************************* system **********************************)
@@ -433,8 +439,8 @@ Init ==
     /\ recv    = [r \in Readers |-> << >>]
     /\ sent    = << >>
     /\ fifo    = [r \in Readers |-> << >>]
-    /\ seq = 0 /\ waiters = 0
-    /\ snap    = [p \in Procs |-> 0]
+    /\ waiters = 0
+    /\ moved   = [p \in Procs |-> FALSE]
     /\ pready  = [p \in Procs |-> FALSE]
 
 Next ==
@@ -474,8 +480,8 @@ TypeOK ==
     /\ \A r \in Readers : recv[r] \in Seq(Val)
     /\ sent \in Seq(Msgs)
     /\ \A r \in Readers : fifo[r] \in Seq(Msgs)
-    /\ seq \in Nat /\ waiters \in 0 .. NR + 1
-    /\ snap \in [Procs -> Nat] /\ pready \in [Procs -> BOOLEAN]
+    /\ waiters \in 0 .. NR + 1
+    /\ moved \in [Procs -> BOOLEAN] /\ pready \in [Procs -> BOOLEAN]
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"

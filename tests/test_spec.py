@@ -1,0 +1,237 @@
+"""The TLA+ spec (spec/) and its driver (tools/tlc.py).
+
+(a) every model in spec/models.json gives its expected TLC result and
+    distinct-state count (needs java; skipped without it);
+(b) every spec action tagged ``\\* file.py::Class._method`` names a method
+    that exists in src/ringcast (checked on the AST, nothing is imported),
+    and the method is the action's name in snake case;
+(c) tools/tlc.py's argument handling and output parsing, without java.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "spec"
+SRC = ROOT / "src" / "ringcast"
+TLC_PY = ROOT / "tools" / "tlc.py"
+
+
+def load_tlc():
+    spec = importlib.util.spec_from_file_location("ringcast_tools_tlc", TLC_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_tlc_py(*args, timeout=60):
+    return subprocess.run([sys.executable, str(TLC_PY), *args], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout)
+
+
+# --------------------------------------------------------------- (a) TLC --
+
+@pytest.mark.timeout(900)
+def test_all_models_match_manifest():
+    if shutil.which("java") is None:
+        pytest.skip("java not found: the TLA+ models need a JRE (java 11+)")
+    r = run_tlc_py(timeout=870)
+    assert r.returncode == 0, f"tools/tlc.py failed:\n{r.stdout}\n{r.stderr}"
+    n = len(json.loads((SPEC / "models.json").read_text())["models"])
+    assert f"{n}/{n} models as expected" in r.stdout, r.stdout
+
+
+# ------------------------------------------------- (b) spec <-> code names --
+
+TAG_RE = re.compile(r"^\\\*\s+(\w+\.py)::(\w+)\.(\w+)\s*$")
+DEF_RE = re.compile(r"^(\w+)\s*(\([^)]*\))?\s*==")
+
+
+def spec_actions() -> list[tuple[str, str, str, str, str]]:
+    """(tla file, action, py file, class, method) for every tagged action."""
+    found = []
+    for tla in sorted(SPEC.glob("*.tla")):
+        lines = tla.read_text().splitlines()
+        for k, line in enumerate(lines):
+            m = TAG_RE.match(line.strip())
+            if not m:
+                continue
+            nxt = next((l for l in lines[k + 1:] if l.strip()), "")
+            d = DEF_RE.match(nxt)
+            assert d, f"{tla.name}:{k + 1}: tag {line.strip()!r} is not followed " \
+                      f"by an action definition"
+            found.append((tla.name, d.group(1), *m.groups()))
+    return found
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def methods_of(path: Path) -> dict[str, set[str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            names = set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    names.update(t.id for t in item.targets
+                                 if isinstance(t, ast.Name))
+            out[node.name] = names
+    return out
+
+
+EXPECTED_ACTIONS = {
+    "WriterClaim", "WriterClearWritten", "WriterWritePayload",
+    "WriterClearReadFlag", "WriterPublish", "WriterSendOverflow",
+    "ReaderLoadWritten", "ReaderLoadReadFlag", "ReaderCopy", "ReaderAck",
+    "ReaderRecvOverflow", "ParkSnapshot", "ParkAnnounce", "ParkRecheck",
+    "ParkSleep", "ParkRetire", "NotifyLoadWaiters", "NotifyWake",
+}
+
+
+def test_spec_tags_every_protocol_action():
+    actions = {a for _, a, *_ in spec_actions()}
+    assert EXPECTED_ACTIONS <= actions, sorted(EXPECTED_ACTIONS - actions)
+
+
+def test_spec_action_names_are_snake_cased_methods():
+    for tla, action, _, _, method in spec_actions():
+        assert method == "_" + snake(action), \
+            f"{tla}: {action} is tagged with {method}, expected _{snake(action)}"
+
+
+def test_spec_actions_exist_in_code():
+    missing = []
+    cache: dict[str, dict[str, set[str]]] = {}
+    for tla, action, pyfile, cls, method in spec_actions():
+        path = SRC / pyfile
+        if not path.is_file():
+            missing.append(f"{tla}: {action} -> {pyfile} (no src/ringcast/{pyfile})")
+            continue
+        classes = cache.setdefault(pyfile, methods_of(path))
+        if cls not in classes:
+            missing.append(f"{tla}: {action} -> {pyfile}::{cls} (no such class)")
+        elif method not in classes[cls]:
+            missing.append(f"{tla}: {action} -> {pyfile}::{cls}.{method} "
+                           f"(no such method)")
+    assert not missing, "spec actions without code:\n  " + "\n  ".join(missing)
+
+
+# ------------------------------------------------------- (c) tools/tlc.py --
+
+def test_manifest_is_consistent():
+    tlc = load_tlc()
+    data = tlc.load_manifest(SPEC / "models.json")
+    assert data["tlc_version"] == tlc.TLC_VERSION
+    for m in data["models"]:
+        assert (SPEC / m["cfg"]).is_file(), m["cfg"]
+        assert (SPEC / (m["module"] + ".tla")).is_file(), m["module"]
+        assert isinstance(m.get("distinct"), int), m["name"]
+        assert m["timeout"] > 0
+    names = [m["name"] for m in data["models"]]
+    assert {"ring_correct", "overflow_correct", "park_correct",
+            "relaxed_all_fences", "tso_all_fences"} <= set(names)
+    # every .cfg in spec/ is in the manifest
+    assert {p.name for p in SPEC.glob("*.cfg")} == {m["cfg"] for m in data["models"]}
+
+
+def test_exit_code_names():
+    tlc = load_tlc()
+    assert tlc.exit_name(0) == "ok"
+    assert tlc.exit_name(10) == "assumption"
+    assert tlc.exit_name(11) == "deadlock"
+    assert tlc.exit_name(12) == "safety"
+    assert tlc.exit_name(13) == "liveness"
+    assert tlc.exit_name(150) == "spec_parse_error"
+    assert tlc.exit_name(None) == "timeout"
+    assert tlc.exit_name(99) == "exit_99"
+
+
+def test_check_compares_result_violation_and_count():
+    tlc = load_tlc()
+    m = {"name": "x", "expect": "safety", "violated": "InOrder", "distinct": 7}
+    ok = {"result": "safety", "violated": "InOrder", "distinct": 7}
+    assert tlc.check(m, ok, True) == []
+    assert tlc.check(m, dict(ok, distinct=8), True)
+    assert tlc.check(m, dict(ok, distinct=8), False) == []
+    assert tlc.check(m, dict(ok, violated="NoDataRace"), True)
+    assert tlc.check(m, dict(ok, result="ok"), True)
+
+
+def test_help_list_and_unknown_model():
+    r = run_tlc_py("--help")
+    assert r.returncode == 0 and "--dry-run" in r.stdout and "--model" in r.stdout
+    r = run_tlc_py("--list")
+    assert r.returncode == 0
+    assert "ring_correct" in r.stdout and "park_correct" in r.stdout
+    r = run_tlc_py("--model", "no_such_model")
+    assert r.returncode == 2 and "no_such_model" in r.stderr
+
+
+def test_dry_run_commands(tmp_path):
+    # dry-run needs neither java nor a real jar
+    r = run_tlc_py("--dry-run", "--jar", str(tmp_path / "missing.jar"),
+                   "--model", "ring_correct", "--model", "park_no_recheck_liveness",
+                   "--java", "/nonexistent/java")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert len(lines) == 2
+    first, second = lines
+    assert "-workers 1" in first and "-metadir" in first
+    assert first.endswith("-config ring_correct.cfg MCRing")
+    assert "-deadlock" not in first          # deadlock checking stays on
+    assert "-deadlock" in second             # ... except where the manifest says
+    r = run_tlc_py("--dry-run", "--model", "ring_correct", "-workers", "2")
+    assert r.returncode == 0 and "-workers 2" in r.stdout
+
+
+def test_missing_jar_is_a_setup_error(tmp_path):
+    r = run_tlc_py("--jar", str(tmp_path / "missing.jar"), "--model", "ring_correct")
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_wrong_jar_is_refused(tmp_path):
+    fake = tmp_path / "tla2tools.jar"
+    fake.write_bytes(b"not the pinned jar")
+    r = run_tlc_py("--jar", str(fake), "--model", "ring_correct")
+    assert r.returncode == 2 and "sha256" in r.stderr and "--no-verify" in r.stderr
+
+
+def test_trace_is_condensed():
+    tlc = load_tlc()
+    out = """Error: Invariant InOrder is violated.
+Error: The behavior up to this point is:
+State 1: <Initial predicate>
+/\\ x = 0
+/\\ pc = (0 :> "a" @@ 1 :> "b")
+
+State 2: <Step(r) line 5, col 9 to line 5, col 48 of module T>
+/\\ x = 0
+/\\ pc = (0 :> "a" @@ 1 :> "c")
+
+State 3: <Other line 7, col 1 to line 8, col 2 of module T>
+/\\ x = 1
+/\\ pc = (0 :> "a" @@ 1 :> "c")
+
+""".splitlines()
+    text = tlc.format_trace(out)
+    lines = text.splitlines()
+    assert "Init" in lines[0]
+    assert any(l.split()[:2] == ["2", "Step"] and 'pc[1] = "c"' in l and "x =" not in l
+               for l in lines), text
+    assert any(l.split()[:2] == ["3", "Other"] and "x = 1" in l and "pc" not in l
+               for l in lines), text
