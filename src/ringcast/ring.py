@@ -6,18 +6,26 @@ Layout and states: :mod:`ringcast.layout`. The protocol, step by step, is the me
 stateful tests (tests/stateful/) use the same names. Before each shared-memory access the code
 calls the step hook (:func:`set_step_hook`), which is ``None`` in production.
 
-Fences (``atomics.fence``, a sequentially consistent fence), each justified by a TLC model that
-fails without it on a relaxed (Arm-like) memory model; docs/protocol.md has the table:
+Fences (``atomics.fence``, a sequentially consistent fence). Which are needed is what TLC
+shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table"):
 
-* F1 after the writer's claim loads: no payload store may be performed before the loads that
-  showed every reader done (a reader's copy must finish before the writer overwrites).
-* F2 after ``written := 0``: a reader must not see a cleared read flag while still seeing the
-  old ``written = 1`` of the previous lap.
+* F1 after the writer's claim loads: no payload store before the loads that showed every reader
+  done. Redundant in the relaxed model (it honours control dependencies, as Arm hardware does);
+  kept because load buffering is not modelled and the C abstract machine does not promise it.
 * F7 after the payload, before the read flags are cleared: a reader that sees its flag cleared
-  (and a stale ``written = 1``) must see the whole payload.
-* F3 before ``written := 1`` (release): payload and cleared flags visible before publication.
-* F4 after the reader's flag loads (acquire): the copy reads the payload published with them.
-* F5 before ``read_r := 1`` (release): the copy is complete before the writer may reuse the chunk.
+  (next to a stale ``written = 1``) must see the whole payload. Needed on relaxed memory
+  (``relaxed_no_f7`` refutes the code without it: a reader receives 1, 2, 1). It also
+  orders ``written := 0`` before the flag clears, which makes a fence right after
+  ``written := 0`` (F2) redundant (``relaxed_no_f2`` ok), so the code has none there.
+* F3 before ``written := 1``: payload and cleared flags visible before publication
+  (``relaxed_no_f3``).
+* F4 after the reader's flag loads: the copy reads the payload published with them
+  (``relaxed_no_f4``).
+* F5 before ``read_r := 1``: the copy is complete before the writer may reuse the chunk
+  (``relaxed_no_f5``).
+* F6W / F6N belong to the parking protocol (:mod:`ringcast.waiting`); F6N is the only fence
+  x86 (TSO) needs (``park_tso_no_f6n``). On x86 the others cost ~30 ns each and act as
+  compiler barriers.
 """
 
 from __future__ import annotations
@@ -220,8 +228,7 @@ class RingWriter:
     def _writer_clear_written(self) -> None:
         if _step_hook is not None:
             _step_hook("WriterClearWritten", "writer", self.index)
-        self.buf[self._m] = 0
-        fence()  # F2
+        self.buf[self._m] = 0  # no fence here: F7 orders this store before the flag clears
 
     # Spec: WriterWritePayload
     def _writer_write_payload(self, parts) -> int:
