@@ -17,7 +17,8 @@
 (*     InitWritten / InitRead),                                            *)
 (*   - the overflow channel (Big, SendOverflow position, RecvMode),        *)
 (*   - the memory model (MM = "SC" | "TSO" | "RELAXED", fences F1..F7),    *)
-(*   - the eventcount parking protocol (Parking, Recheck, F6W, F6N).       *)
+(*   - the eventcount parking protocol (Parking, Recheck, F6W, F6N),       *)
+(*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag).        *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -36,7 +37,10 @@ CONSTANTS
     MM,             \* memory model: "SC" | "TSO" | "RELAXED"
     F1, F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
     Parking,        \* waiters really sleep on the eventcount (no spinning)
-    Recheck         \* the eventcount waiter re-checks after announcing
+    Recheck,        \* the eventcount waiter re-checks after announcing
+    CrashSet,       \* readers that may die (SIGKILL) at any step
+    Evict,          \* the writer evicts a dead reader it waits for
+    EvictSkipsFlag  \* after eviction the writer no longer clears its flag
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -53,7 +57,10 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ RecvMode \in {"block", "owed", "giveup"}
        /\ MM \in {"SC", "TSO", "RELAXED"}
        /\ \A b \in {SkipReader, TwoStepPayload, TimeoutAnytime, F1, F2, F3,
-                    F4, F5, F6W, F6N, F7, Parking, Recheck} : b \in BOOLEAN
+                    F4, F5, F6W, F6N, F7, Parking, Recheck, Evict,
+                    EvictSkipsFlag} : b \in BOOLEAN
+       /\ CrashSet \subseteq 0 .. NR - 1
+       /\ (CrashSet # {} \/ Evict) => MM = "SC" /\ ~Parking
 
 (* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
 WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
@@ -90,15 +97,18 @@ VARIABLES
                \*   word) has changed since p's ParkSnapshot.  The word only
                \*   grows and is only compared for equality, so this bit is an
                \*   exact abstraction of "seq # snapshot" (keeps the model finite)
-    pready     \* [Procs -> BOOLEAN] ring condition when the park began
+    pready,    \* [Procs -> BOOLEAN] ring condition when the park began
                \*   (a hoisted recheck load may return it; RELAXED, no F6W)
+    alive,     \* [Readers -> BOOLEAN] the reader's process exists
+    evicted    \* SUBSET Readers: readers the writer has evicted
 
 mem    == <<written, rflag, data>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
 evars  == <<waiters, moved, pready>>
-vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars>>
+xvars  == <<alive, evicted>>
+vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
 
 -----------------------------------------------------------------------------
 (***************************** memory model *******************************)
@@ -246,11 +256,33 @@ WriterWritePayload ==
 WriterClearReadFlag ==
     /\ pc[Wr] = "clear_flags"
     /\ WFenceOK
-    /\ Store(Wr, RAddr(w, wr), 0)                 \* one reader byte per step
+    /\ IF EvictSkipsFlag /\ wr \in evicted        \* an evicted reader's flag
+       THEN UNCHANGED <<written, rflag, data, win, sb>>   \* stays 1
+       ELSE Store(Wr, RAddr(w, wr), 0)            \* one reader byte per step
     /\ IF wr + 1 < NR
        THEN wr' = wr + 1 /\ UNCHANGED <<pc, w, msg, wk>>
        ELSE wr' = 0 /\ WNextStep
     /\ UNCHANGED <<i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* The writer, waiting for chunk w, finds a reader dead (queue.py's dead-peer
+\* check, abstracted as an exact oracle: ~alive[r]) and evicts it: marks
+\* every chunk read by it, and from now on leaves its flag alone.
+\* ring.py::RingWriter._writer_evict
+WriterEvict ==
+    /\ Evict
+    /\ pc[Wr] = "claim" /\ msg <= M /\ ~Claimable
+    /\ \E r \in Readers :
+          /\ ~alive[r] /\ r \notin evicted
+          /\ rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]]
+          /\ evicted' = evicted \cup {r}
+    /\ UNCHANGED <<written, data, sb, pc, wvars, rvars, hvars, fifo, evars, alive>>
+
+\* Environment: reader r's process dies (SIGKILL) wherever it is; it never
+\* takes another step (no code counterpart).
+ReaderCrash(r) ==
+    /\ r \in CrashSet /\ alive[r]
+    /\ alive' = [alive EXCEPT ![r] = FALSE]
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted>>
 
 \* queue.py::MessageQueue._writer_send_overflow
 WriterSendOverflow ==
@@ -406,7 +438,7 @@ NotifyWake(p) ==
 -----------------------------------------------------------------------------
 (********************************* system **********************************)
 
-AllDelivered == \A r \in Readers : Len(recv[r]) = M
+AllDelivered == \A r \in Readers : alive[r] => Len(recv[r]) = M
 
 \* End of the bounded run (no code counterpart): lets a finished model
 \* stutter so that TLC's deadlock check only reports real hangs.
@@ -416,12 +448,19 @@ Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
            \/ ParkSleep(p) \/ ParkRetire(p)
            \/ NotifyLoadWaiters(p) \/ NotifyWake(p)
 
-WriterStep == WriterClaim \/ WriterClearWritten \/ WriterWritePayload
-              \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
-              \/ Park(Wr)
+WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
+                    \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
+                    \/ Park(Wr)
+                 /\ UNCHANGED xvars
+              \/ WriterEvict
 
-ReaderStep(r) == ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
-                 \/ ReaderCopy(r) \/ ReaderAck(r) \/ Park(r)
+\* A dead reader takes no step.
+ReaderStep(r) == /\ alive[r]
+                 /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
+                    \/ ReaderCopy(r) \/ ReaderAck(r) \/ Park(r)
+                 /\ UNCHANGED xvars
+
+ReaderRecv(r) == alive[r] /\ ReaderRecvOverflow(r) /\ UNCHANGED xvars
 
 Init ==
     /\ written = [c \in Chunks |-> InitWritten]
@@ -442,17 +481,19 @@ Init ==
     /\ waiters = 0
     /\ moved   = [p \in Procs |-> FALSE]
     /\ pready  = [p \in Procs |-> FALSE]
+    /\ alive   = [r \in Readers |-> TRUE]
+    /\ evicted = {}
 
 Next ==
     \/ WriterStep
-    \/ \E r \in Readers : ReaderStep(r) \/ ReaderRecvOverflow(r)
-    \/ \E p \in Procs : Drain(p)
+    \/ \E r \in Readers : ReaderStep(r) \/ ReaderRecv(r) \/ ReaderCrash(r)
+    \/ \E p \in Procs : Drain(p) /\ UNCHANGED xvars
     \/ Finished
 
 Fairness ==
     /\ WF_vars(WriterStep)
-    /\ \A r \in Readers : WF_vars(ReaderStep(r)) /\ WF_vars(ReaderRecvOverflow(r))
-    /\ \A p \in Procs : WF_vars(Drain(p))
+    /\ \A r \in Readers : WF_vars(ReaderStep(r)) /\ WF_vars(ReaderRecv(r))
+    /\ \A p \in Procs : WF_vars(Drain(p) /\ UNCHANGED xvars)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -482,6 +523,7 @@ TypeOK ==
     /\ \A r \in Readers : fifo[r] \in Seq(Msgs)
     /\ waiters \in 0 .. NR + 1
     /\ moved \in [Procs -> BOOLEAN] /\ pready \in [Procs -> BOOLEAN]
+    /\ alive \in [Readers -> BOOLEAN] /\ evicted \subseteq Readers
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -493,13 +535,13 @@ WriterWriting(c) ==
     \/ w = c /\ 1 <= wk /\ wk <= PayIdx
     \/ \E k \in 1 .. Len(sb[Wr]) : sb[Wr][k][1] = DAddr(c)
 
-\* No data race: no reader copies a chunk the writer is writing.
+\* No data race: no (live) reader copies a chunk the writer is writing.
 NoDataRace ==
-    \A r \in Readers : pc[r] \in {"copy", "copy_late"} => ~WriterWriting(i[r])
+    \A r \in Readers : alive[r] /\ pc[r] \in {"copy", "copy_late"} => ~WriterWriting(i[r])
 
 \* No chunk is overwritten before every reader copied its previous message.
 NoOverwrite ==
-    \A c \in Chunks, r \in Readers :
+    \A c \in Chunks, r \in Readers \ evicted :
         data[c] # 0 => ncopied[r] >= Abs(data[c]) - N
 
 IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
@@ -509,7 +551,9 @@ IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
 \* their own marker.
 InOrder == \A r \in Readers : IsPrefix(recv[r], sent)
 
-\* Liveness: every message is eventually delivered to every reader.
-Delivered == \A r \in Readers : <>(Len(recv[r]) = M)
+\* Liveness: every message is eventually delivered to every reader (that
+\* cannot die), and the writer gets every message out.
+Delivered == \A r \in Readers \ CrashSet : <>(Len(recv[r]) = M)
+WriterDone == <>(pc[Wr] = "done")
 
 =============================================================================

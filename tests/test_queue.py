@@ -27,8 +27,8 @@ from _procs import CTX, Children
 class Group:
     """A writer and its local readers in one process (readers driven by threads)."""
 
-    def __init__(self, n_reader=2, mcb=256, chunks=2, **kw):
-        self.w = MessageQueue(n_reader, n_reader, max_chunk_bytes=mcb, max_chunks=chunks, **kw)
+    def __init__(self, n_reader=2, mcb=256, chunks=2, evict_dead_readers=False, **kw):
+        self.w = MessageQueue(n_reader, n_reader, max_chunk_bytes=mcb, max_chunks=chunks, evict_dead_readers=evict_dead_readers, **kw)
         h = pickle.loads(pickle.dumps(self.w.export_handle()))
         self.rs = [MessageQueue.create_from_handle(h, i, **kw) for i in range(n_reader)]
         ts = [threading.Thread(target=r.wait_until_ready, args=(10,)) for r in self.rs]

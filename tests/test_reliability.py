@@ -432,3 +432,71 @@ def test_create_attach_close_loop_does_not_grow():
     gc.collect()
     assert _fd_count() == fds
     assert _rss() - rss < 16 << 20, f"RSS grew by {(_rss() - rss) >> 20} MiB over 1000 create/attach/close cycles"
+
+
+# -- eviction -----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("action", ["ReaderCopy", "ReaderAck"])
+def test_evicting_a_dead_reader_lets_the_others_go_on(action):
+    """evict_dead_readers=True (spec: evict_correct): reader 1 dies holding a chunk; the writer
+    evicts it and reader 0 receives all 12 messages, in order, once."""
+    w = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2, recheck_interval=0.02, evict_dead_readers=True)
+    evt = CTX.Event()
+    p = CTX.Process(target=_workers.reader_killed_at, args=(w.export_handle(), 1, action, 2, evt), daemon=True)
+    r0 = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        p.start()
+        t = threading.Thread(target=r0.wait_until_ready, args=(30,))
+        t.start()
+        w.wait_until_ready(30)
+        t.join()
+        w.enqueue(0)
+        w.enqueue(1)
+        assert evt.wait(30)
+        p.kill()
+        p.join(10)
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(r0.dequeue(timeout=20) for _ in range(12)))
+        reader.start()
+        for k in range(2, 12):
+            w.enqueue(k, timeout=20)
+        reader.join(30)
+        assert got == list(range(12))
+        assert w.statistics().evictions == 1
+        assert w.buffer.reader_evicted(1) and not w.buffer.reader_evicted(0)
+    finally:
+        _kill(p)
+        r0.close()
+        w.close()
+
+
+def _exit_at_once():
+    return os.getpid()
+
+
+@pytest.mark.timeout(60)
+def test_an_evicted_reader_that_is_alive_is_told_so():
+    """If the writer judged a live reader dead (e.g. a PID namespace it cannot see into), that
+    reader must not wait forever: it raises EvictedError."""
+    from ringcast import EvictedError
+    from ringcast.layout import Layout
+    from ringcast.shm import process_start_time
+
+    g = Group(n_reader=2, chunks=1, recheck_interval=0.02, evict_dead_readers=True)
+    try:
+        with Children(timeout=30) as ch:  # a pid that is certainly dead now
+            ch.start("x", _exit_at_once)
+            dead_pid = ch.wait()["x"]
+        g.w.enqueue("a")
+        assert g.rs[0].dequeue(timeout=5) == "a"
+        # Reader 1's table entry now claims the dead process.
+        Layout.write_process(g.w.buffer.buf, Layout.reader_entry(1), dead_pid, process_start_time())
+        g.w.enqueue("b", timeout=10)  # waits for reader 1, finds it "dead", evicts it
+        assert g.w.statistics().evictions == 1
+        assert g.rs[0].dequeue(timeout=5) == "b"
+        with pytest.raises(EvictedError, match="was evicted by the writer"):
+            g.rs[1].dequeue(timeout=5)  # its flags were set: it would otherwise wait forever
+    finally:
+        g.close()

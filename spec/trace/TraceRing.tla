@@ -12,8 +12,8 @@
 (* such traces as Traces, a sequence of sequences of records.              *)
 (*                                                                         *)
 (* The behaviour: pick a trace t, start in Ring's Init, and at step k take *)
-(* the action the trace names for the process it names (Ring's own        *)
-(* action, unchanged), requiring the next state to be the one observed.    *)
+(* the step the trace names for the process it names (Ring's own step     *)
+(* relations, unchanged), requiring the next state to be the one observed. *)
 (* A failed WriterClaim is a stuttering step (Ring's writer does not take  *)
 (* WriterClaim while the chunk is not claimable; the code loads and loops) *)
 (* and is accepted only if the chunk really is not claimable.  When a      *)
@@ -41,24 +41,26 @@ MatchState(o) ==
     /\ i'       = F(o.i)
     /\ pc'      = F(o.pc)
 
-\* The code's WriterClaim: a successful claim, or a failed one (a stuttering step).
-ClaimOrSpin ==
-    \/ WriterClaim
-    \/ pc[Wr] = "claim" /\ ~Claimable /\ UNCHANGED vars
+\* The program counters at which each action of the code can be taken.
+PcOf == [WriterClaim |-> {"claim"}, WriterClearWritten |-> {"clear_written"},
+         WriterWritePayload |-> {"payload", "payload_end"},
+         WriterClearReadFlag |-> {"clear_flags"}, WriterSendOverflow |-> {"send"},
+         WriterPublish |-> {"publish"}, ReaderLoadWritten |-> {"load_w"},
+         ReaderLoadReadFlag |-> {"load_r"}, ReaderCopy |-> {"copy", "copy_late"},
+         ReaderAck |-> {"ack"}, ReaderRecvOverflow |-> {"recv", "owed"}]
 
+\* The step the trace names, taken through Ring's own per-process step relations
+\* (WriterStep, ReaderStep, ReaderRecv): in the SC, non-parking configuration the
+\* program counter decides which of their disjuncts is enabled.  A failed
+\* WriterClaim of the code (it loads the flags and loops) is a stuttering step,
+\* accepted only when the chunk really is not claimable.
 Act(o) ==
-    CASE o.a = "WriterClaim"         -> ClaimOrSpin
-      [] o.a = "WriterClearWritten"  -> WriterClearWritten
-      [] o.a = "WriterWritePayload"  -> WriterWritePayload
-      [] o.a = "WriterClearReadFlag" -> WriterClearReadFlag
-      [] o.a = "WriterSendOverflow"  -> WriterSendOverflow
-      [] o.a = "WriterPublish"       -> WriterPublish
-      [] o.a = "ReaderLoadWritten"   -> ReaderLoadWritten(o.p)
-      [] o.a = "ReaderLoadReadFlag"  -> ReaderLoadReadFlag(o.p)
-      [] o.a = "ReaderCopy"          -> ReaderCopy(o.p)
-      [] o.a = "ReaderAck"           -> ReaderAck(o.p)
-      [] o.a = "ReaderRecvOverflow"  -> ReaderRecvOverflow(o.p)
-      [] OTHER                       -> FALSE
+    /\ o.a \in DOMAIN PcOf
+    /\ pc[o.p] \in PcOf[o.a]
+    /\ IF o.p = Wr
+       THEN \/ WriterStep
+            \/ o.a = "WriterClaim" /\ ~Claimable /\ UNCHANGED vars
+       ELSE ReaderStep(o.p) \/ ReaderRecv(o.p)
 
 TraceInit ==
     /\ t \in DOMAIN Traces

@@ -16,6 +16,7 @@ __all__ = [
     "DeadReaderError",
     "DeadWriterError",
     "PayloadError",
+    "EvictedError",
 ]
 
 
@@ -64,6 +65,11 @@ class DeadReaderError(PeerDiedError):
 
 class DeadWriterError(PeerDiedError):
     """A reader waited for a message from a writer that is dead."""
+
+
+class EvictedError(PeerDiedError):
+    """The writer evicted this reader (it judged the reader's process dead); it receives nothing
+    more and must rejoin a new queue."""
 
 
 class PayloadError(RingcastError, ValueError):

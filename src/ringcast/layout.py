@@ -10,7 +10,7 @@ One segment (all integers little-endian)::
                     | max_chunk_bytes, max_chunks, writer pid + start time         |
     64              | writer-side wait line: write_seq (u32), reader_waiters (u32) |
     128             | reader-side wait line: read_seq (u32), writer_waiters (u32)  |
-    192             | reader table: n_reader x (pid u32, pad u32, start time u64)  |
+    192             | reader table: n_reader x (pid u32, state u32, start u64)     |
     data_offset     +------------------+------------------+-----+------------------+
                     | chunk 0          | chunk 1          | ... | chunk K-1        |
                     | max_chunk_bytes  | max_chunk_bytes  |     | max_chunk_bytes  |
@@ -58,7 +58,8 @@ LAYOUT_VERSION = 1
 MAX_READERS = 1024
 
 _HEADER = struct.Struct("<8sIIQQIIQ")  # magic, version, n_reader, max_chunk_bytes, max_chunks, wpid, pad, wstart
-_READER_ENTRY = struct.Struct("<IIQ")  # pid, pad, start time
+_READER_ENTRY = struct.Struct("<IIQ")  # pid, state (readers: 0 attached, 1 evicted), start time
+READER_EVICTED = 1
 WRITE_SEQ = 64  # bumped by the writer after publishing when readers are parked
 READER_WAITERS = 68  # number of readers parked (or about to park) on write_seq
 READ_SEQ = 128  # bumped by a reader after acknowledging when the writer is parked
@@ -156,3 +157,8 @@ class Layout:
     def read_process(buf, offset: int) -> tuple[int, int]:
         pid, _, start = _READER_ENTRY.unpack_from(buf, offset)
         return pid, start
+
+    @staticmethod
+    def reader_state_offset(r: int) -> int:
+        """Offset of reader ``r``'s state word (0 attached, 1 evicted by the writer)."""
+        return READER_TABLE + _READER_ENTRY.size * r + 4

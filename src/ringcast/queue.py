@@ -46,6 +46,7 @@ from .errors import (
     ClosedError,
     DeadReaderError,
     DeadWriterError,
+    EvictedError,
     HandleError,
     PayloadError,
     RingTimeoutError,
@@ -91,7 +92,8 @@ class QueueStatistics:
     the serialized size. ``waits`` counts operations that found the ring not ready; ``spins`` the
     ``sched_yield`` calls; ``parks`` the kernel sleeps; ``wakeups`` the futex wakes this side
     issued; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
-    (should be 0); ``timeouts`` operations that raised a timeout.
+    (should be 0); ``timeouts`` operations that raised a timeout; ``evictions`` dead readers the
+    writer evicted (``evict_dead_readers=True``).
     """
 
     role: str
@@ -104,6 +106,7 @@ class QueueStatistics:
     wakeups: int
     recheck_hits: int
     timeouts: int
+    evictions: int = 0
 
 
 def _default_ip() -> str:
@@ -199,6 +202,11 @@ class MessageQueue:
     Waiting (keyword-only, per queue side): ``spin`` seconds of ``sched_yield`` spinning before a
     waiter parks (0 parks at once), ``recheck_interval`` the longest single park (also how often
     dead peers are checked), ``warn_interval`` how often a long wait is logged.
+
+    Faults: a local reader found dead while the writer waits for it raises
+    :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
+    for good, spec model ``evict_correct``) and the others go on. ``remote_curve=True`` encrypts
+    and authenticates the remote channel (docs/reliability.md).
     """
 
     # Safe class-level defaults so close() works on a half-built object.
@@ -226,6 +234,7 @@ class MessageQueue:
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float = DEFAULT_WARN,
         remote_curve: bool = False,
+        evict_dead_readers: bool = False,
     ) -> None:
         for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -247,6 +256,7 @@ class MessageQueue:
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
         self._is_writer = True
+        self._evict = bool(evict_dead_readers)
         self._ctx = zmq.Context()
         try:
             local_addr = remote_addr = None
@@ -315,6 +325,8 @@ class MessageQueue:
         self._messages = self._bytes = self._overflows = 0
         self._owed_overflow = False
         self._allowed = None
+        self._evict = False
+        self._evictions = 0
         self._auth = None
         self._curve_server_secret = None
         self._ready = False
@@ -564,10 +576,16 @@ class MessageQueue:
         dead = self.buffer.dead_readers(w.unread_readers())
         if dead:
             names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
-            raise DeadReaderError(
-                f"writer waited {waited:.3f}s for slot {w.index}, which {names} will never release: the process is "
-                "dead. Restart the group (a dead reader also misses every message from here on)"
-            )
+            if not self._evict:
+                raise DeadReaderError(
+                    f"writer waited {waited:.3f}s for slot {w.index}, which {names} will never release: the process is "
+                    "dead. Restart the group (a dead reader also misses every message from here on), or construct "
+                    "the queue with evict_dead_readers=True to go on without it"
+                )
+            for r, _pid in dead:
+                w._writer_evict(r)
+                self._evictions += 1
+            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, w.index)
         self._log_long_wait(waited, self._writer_slot_detail())
 
     # Spec: WriterSendOverflow
@@ -648,6 +666,11 @@ class MessageQueue:
         )
 
     def _reader_idle(self, waited: float) -> None:
+        if self.buffer.reader_evicted(self.local_reader_rank):
+            raise EvictedError(
+                f"{self._role()} (pid {os.getpid()}) was evicted by the writer, which judged this process dead "
+                "(a PID namespace the writer cannot see into, or a stale pid): it receives nothing more; rejoin a new queue"
+            )
         self._check_writer_alive(f"waited {waited:.3f}s for slot {self._reader.index}")
         self._log_long_wait(waited, f"slot {self._reader.index} flags {self.buffer.flags(self._reader.index).hex()}")
 
@@ -776,6 +799,7 @@ class MessageQueue:
             wakeups=c.wakeups,
             recheck_hits=c.recheck_hits,
             timeouts=c.timeouts,
+            evictions=self._evictions,
         )
 
     def shutdown(self) -> None:

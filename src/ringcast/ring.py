@@ -35,7 +35,7 @@ from contextlib import contextmanager
 
 from .atomics import address_of, fence
 from .errors import ClosedError, HandleError
-from .layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
+from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
 from .shm import SHM_DIR, Segment, process_alive, process_start_time
 
 __all__ = ["ShmRingBuffer", "RingWriter", "RingReader", "set_step_hook"]
@@ -153,6 +153,10 @@ class ShmRingBuffer:
     def reader_process(self, r: int) -> tuple[int, int]:
         return Layout.read_process(self.buf, Layout.reader_entry(r))
 
+    def reader_evicted(self, r: int) -> bool:
+        off = Layout.reader_state_offset(r)
+        return int.from_bytes(self.buf[off : off + 4], "little") == READER_EVICTED
+
     def dead_readers(self, readers) -> list[tuple[int, int]]:
         """``[(reader, pid)]`` among ``readers`` that registered and are no longer alive."""
         out = []
@@ -208,7 +212,7 @@ class RingWriter:
         self.index = 0
         n = ring.n_reader
         self._all_read = b"\x01" * n
-        self._readers = range(n)
+        self._readers = list(range(n))  # whose flags finish() clears: every reader not evicted
         self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
         self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
         self._m, self._d = self._metas[0], self._datas[0]
@@ -261,6 +265,22 @@ class RingWriter:
             i = 0
         self.index = i
         self._m, self._d = self._metas[i], self._datas[i]
+
+    # Spec: WriterEvict
+    def _writer_evict(self, r: int) -> None:
+        """Reader ``r`` is dead: mark it evicted in the reader table, set its read flag in every
+        chunk (so no chunk waits for it), and never clear its flag again. Only the writer calls
+        this, between messages (spec: evict_correct; evict_keeps_clearing shows why the flag must
+        stay set)."""
+        if _step_hook is not None:
+            _step_hook("WriterEvict", "writer", self.index)
+        buf = self.buf
+        off = Layout.reader_state_offset(r)
+        buf[off : off + 4] = READER_EVICTED.to_bytes(4, "little")
+        if r in self._readers:
+            self._readers.remove(r)
+        for m in self._metas:
+            buf[m + 1 + r] = 1
 
     def begin(self) -> None:
         """After a successful claim: ``written := 0``."""
