@@ -1,0 +1,6 @@
+"""Hypothesis stateful interleaving harness for ringcast (docs/stateful.md).
+
+Modules: ``model`` (pure-Python port of spec/Ring.tla, SC, no parking), ``worker`` (the code a
+pooled worker process runs), ``pool`` (the harness side of the worker pool), ``machine`` (the
+RuleBasedStateMachines), ``tracecheck`` (trace validation with TLC), ``variants`` (planted bugs).
+"""

@@ -1,0 +1,201 @@
+"""The Hypothesis state machines: the rule "let process k take its next step".
+
+:func:`ring_machine` builds a RuleBasedStateMachine over :class:`pool.RingRun` (ring-level
+protocol, exact model, data checked); :func:`queue_machine` one over :class:`pool.QueueRun`
+(a real MessageQueue: overflow payloads, remote readers, timeouts, shutdown).  Every step is
+checked (pool.py); ``teardown`` drains the run fairly and checks that every message was
+delivered (bounded liveness), then resets the workers.  A failure raises
+:class:`pool.ScheduleFailure`, whose message is the schedule as a list of action names.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from .pool import Pool, RingRun, trace_of
+
+
+STRESS = os.environ.get("HYPOTHESIS_PROFILE") == "stress"
+
+
+def budget(examples: int, steps: int) -> settings:
+    """Settings for a state machine test: ``examples`` examples of up to ``steps`` steps in CI
+    (capped by the profile's max_examples); under the ``stress`` profile the profile's
+    max_examples and three times the steps."""
+    d = settings.default
+    if STRESS:
+        return settings(d, stateful_step_count=3 * steps)
+    return settings(d, max_examples=min(examples, d.max_examples), stateful_step_count=steps)
+
+
+def pick(run, k: int):
+    """Process ``k`` of a run: 0 is the writer, k >= 1 is reader (k-1) mod NR (a mapping that
+    stays put while Hypothesis shrinks: the writer is the simplest choice)."""
+    hooked = [pr for pr in run.procs if pr.hooked]
+    writer = hooked[-1]
+    readers = hooked[:-1]
+    if k == 0 or not readers:
+        return writer
+    return readers[(k - 1) % len(readers)]
+
+
+def ring_machine(
+    pool: Pool,
+    *,
+    writer: str = "correct",
+    reader: str = "correct",
+    cursors: bool = True,
+    N=st.integers(1, 3),
+    NR=st.integers(1, 3),
+    sizes=st.lists(st.integers(0, 24), min_size=1, max_size=8),
+    record: list | None = None,
+):
+    class RingMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.run = None
+            self.failed = False
+
+        @initialize(N=N, NR=NR, sizes=sizes)
+        def setup(self, N, NR, sizes):
+            self.run = RingRun(pool, N=N, NR=NR, sizes=sizes, writer=writer, reader=reader, cursors=cursors,
+                               record=record is not None)
+
+        def _go(self, k: int, n: int) -> None:
+            try:
+                pr = pick(self.run, k)
+                for _ in range(n):
+                    if pr.pending is None:
+                        return
+                    self.run.step(pr)
+            except BaseException:
+                self.failed = True
+                raise
+
+        @precondition(lambda self: self.run is not None and self.run.runnable())
+        @rule(k=st.integers(0, 3))
+        def step(self, k):
+            """Let process k take one step (0: the writer, k >= 1: reader (k-1) mod NR); a
+            finished process does nothing."""
+            self._go(k, 1)
+
+        @precondition(lambda self: self.run is not None and self.run.runnable())
+        @rule(k=st.integers(0, 3), n=st.integers(2, 12))
+        def burst(self, k, n):
+            """Let process k run ``n`` steps in a row (reaches full rings and laps sooner)."""
+            self._go(k, n)
+
+        @precondition(lambda self: self.run is not None and not self.run.runnable())
+        @rule()
+        def finished(self):
+            """Every process has finished its program (nothing left to schedule)."""
+
+        def teardown(self):
+            run, self.run = self.run, None
+            if run is None:
+                return
+            try:
+                if not self.failed:
+                    run.drain()
+                    run.check_complete()
+                    if record is not None:
+                        record.append(trace_of(run))
+            finally:
+                run.close()
+
+    RingMachine.__name__ = f"RingMachine_{writer}_{reader}"
+    return RingMachine
+
+
+def boundary_bytes(mcb: int, delta: int) -> bytes:
+    """A bytes object whose protocol-5 pickle is ``mcb - 1 + delta`` bytes long: delta <= 0
+    fits inline (the marker byte takes one), delta >= 1 overflows."""
+    import pickle
+
+    target = mcb - 1 + delta
+    n = max(0, target - 16)
+    while len(pickle.dumps(b"\x07" * n, protocol=5)) < target:
+        n += 1
+    while n > 0 and len(pickle.dumps(b"\x07" * n, protocol=5)) > target:
+        n -= 1
+    return b"\x07" * n
+
+
+def queue_objects(mcb: int):
+    """Messages around the overflow boundary (pickle of max_chunk_bytes-2 .. +1 bytes), small
+    objects, and bytearrays (out-of-band buffers: marker 2 inline, or overflow)."""
+    boundary = st.sampled_from([-1, 0, 1, 2]).map(lambda d: boundary_bytes(mcb, d))
+    small = st.one_of(st.integers(), st.text(max_size=8), st.tuples(st.integers(0, 9), st.booleans()))
+    oob = st.integers(0, 2 * mcb).map(lambda n: bytearray(b"\x05" * n))
+    return st.lists(st.one_of(boundary, small, oob), min_size=1, max_size=6)
+
+
+def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers(0, 1), max_chunks=st.integers(1, 2),
+                  mcb: int = 64, timeouts: bool = True, shutdown: bool = True):
+    """A MessageQueue scenario: overflow boundary, mixed local and remote readers, timeouts
+    while blocked (virtual time), shutdown while waiting."""
+    from .pool import QueueRun
+
+    timeout = st.one_of(st.none(), st.integers(2, 8).map(lambda k: k * 1e-3)) if timeouts else st.none()
+
+    class QueueMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.run = None
+            self.failed = False
+
+        @initialize(n_local=n_local, n_remote=n_remote, max_chunks=max_chunks, objs=queue_objects(mcb),
+                    writer_timeout=timeout, reader_timeout=timeout)
+        def setup(self, n_local, n_remote, max_chunks, objs, writer_timeout, reader_timeout):
+            self.run = QueueRun(pool, n_local=n_local, n_remote=n_remote, objs=objs, max_chunk_bytes=mcb,
+                                max_chunks=max_chunks, writer_timeout=writer_timeout, reader_timeout=reader_timeout)
+
+        def _go(self, k: int, n: int, shutdown: bool = False) -> None:
+            try:
+                pr = pick(self.run, k)
+                for j in range(n):
+                    if pr.pending is None:
+                        return
+                    self.run.step(pr, shutdown=shutdown and j == 0)
+            except BaseException:
+                self.failed = True
+                raise
+
+        @precondition(lambda self: self.run is not None and self.run.runnable())
+        @rule(k=st.integers(0, 3))
+        def step(self, k):
+            self._go(k, 1)
+
+        @precondition(lambda self: self.run is not None and self.run.runnable())
+        @rule(k=st.integers(0, 3), n=st.integers(2, 12))
+        def burst(self, k, n):
+            self._go(k, n)
+
+        if shutdown:
+            @precondition(lambda self: self.run is not None and self.run.runnable() and not self.run.cancelled)
+            @rule(k=st.integers(0, 3))
+            def shutdown_one(self, k):
+                """MessageQueue.shutdown() in process k (typically while it waits), then a step."""
+                self._go(k, 1, shutdown=True)
+
+        @precondition(lambda self: self.run is not None and not self.run.runnable())
+        @rule()
+        def finished(self):
+            pass
+
+        def teardown(self):
+            run, self.run = self.run, None
+            if run is None:
+                return
+            try:
+                if not self.failed:
+                    run.drain()
+                    run.check_complete()
+            finally:
+                run.close()
+
+    return QueueMachine

@@ -1,0 +1,76 @@
+"""Deliberately broken variants of the ring protocol (planted bugs), as subclasses of the real
+RingWriter / RingReader: they call the real step methods (and so the real step hook) and only
+change the order or the cursor logic.  Each has a spec counterpart (spec/MCRing.tla constants)
+except ScanAheadWriter, which the harness model supports as an extension (``scan_ahead``).
+"""
+
+from __future__ import annotations
+
+from ringcast.atomics import fence
+from ringcast.ring import RingReader, RingWriter
+
+from .model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
+
+
+def _seek_writer(w: RingWriter, i: int) -> None:
+    """Move a writer's cursor (RingWriter caches the offsets of its index)."""
+    w.index = i
+    if hasattr(w, "_metas"):
+        w._m, w._d = w._metas[i], w._datas[i]
+
+
+def _seek_reader(rd: RingReader, i: int) -> None:
+    if hasattr(rd, "_set"):
+        rd._set(i)
+    else:
+        rd.index = i
+
+
+class ReversedWriter(RingWriter):
+    """Publishes ``written = 1`` BEFORE clearing the read flags (spec: OrderPublishBeforeClear)."""
+
+    def finish(self) -> None:
+        idx = self.index
+        fence()
+        self._writer_publish()  # moves the cursor on; the flags to clear are still idx's
+        _seek_writer(self, idx)
+        for r in self._readers:
+            self._writer_clear_read_flag(r)
+        _seek_writer(self, (idx + 1) % self.ring.max_chunks)
+
+
+class ScanAheadWriter(RingWriter):
+    """When the chunk at its index is not free, looks at the next one instead of waiting
+    (no spec counterpart; model extension ``scan_ahead``)."""
+
+    def _writer_claim(self) -> bool:
+        if super()._writer_claim():
+            return True
+        _seek_writer(self, (self.index + 1) % self.ring.max_chunks)
+        return False
+
+
+class SkippingReader(RingReader):
+    """Advances past a chunk whose written byte is 1 and whose own read flag is already 1
+    (spec: SkipReader = TRUE)."""
+
+    def ready(self) -> bool:
+        if self._reader_load_written() != 1:
+            return False
+        if self._reader_load_read_flag() == 0:
+            fence()
+            return True
+        _seek_reader(self, (self.index + 1) % self.ring.max_chunks)
+        return False
+
+
+WRITERS = {"correct": RingWriter, "reversed": ReversedWriter, "scan_ahead": ScanAheadWriter}
+READERS = {"correct": RingReader, "skip": SkippingReader}
+
+#: model keyword arguments for each variant
+WRITER_MODEL = {
+    "correct": {"order": ORDER_CORRECT},
+    "reversed": {"order": ORDER_PUBLISH_BEFORE_CLEAR},
+    "scan_ahead": {"order": ORDER_CORRECT, "scan_ahead": True},
+}
+READER_MODEL = {"correct": {}, "skip": {"skip_reader": True}}

@@ -1,0 +1,291 @@
+"""The code a pooled worker process runs (started with multiprocessing "spawn").
+
+A worker loops on its command pipe.  A *setup* command (``ring``, ``mq_writer``, ``mq_reader``,
+``free_writer``, ``free_reader``) attaches to a fresh segment / queue and runs one program: a
+writer or reader of the ring protocol, or of a MessageQueue.  While a program runs, the step hook
+(ringcast.ring.set_step_hook) is called before every shared-memory access; it reports
+``("at", action, index, extra, events)`` to the harness and blocks until the harness sends
+``("step", opts)``, which lets the process execute exactly that access and run on to its next
+hook call.  Any other command received inside the hook interrupts the program (it unwinds, the
+worker closes its mappings and then handles the command), so a worker survives from one
+Hypothesis example to the next: the harness pays the ~0.3 s spawn once per pool, not per example.
+
+Reports: ``("at", ...)`` before each step, ``("done", events)`` when the program returns,
+``("error", traceback, events)`` when it raises, ``("handle", h)`` / ``("attached",)`` during a
+queue setup, ``("stopped", events)`` after ``("stop",)``.  Events are what the program observed
+since the last report: ``("copied", value)`` (ring reader, the spec value of the payload it
+copied), ``("delivered", obj)`` (queue reader), ``("timeout",)``, ``("cancelled",)``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import struct
+import sys
+import time as _real_time
+import traceback
+import zlib
+
+_HEAD = struct.Struct("<II")  # message number, body length
+_TAIL = struct.Struct("<II")  # crc32 of (number, length, body), number
+PAYLOAD_OVERHEAD = _HEAD.size + _TAIL.size
+
+
+def encode(m: int, size: int) -> tuple[bytes, bytes]:
+    """Header and rest of ring-level message ``m`` (``head + rest`` is the whole payload)."""
+    body = bytes((m * 7 + j) & 0xFF for j in range(size))
+    head = _HEAD.pack(m, size)
+    return head, body + _TAIL.pack(zlib.crc32(head + body), m)
+
+
+def decode(view) -> int:
+    """The spec's value of a chunk's payload: 0 zero-filled, m message m, -m message m torn."""
+    m, size = _HEAD.unpack_from(view, 0)
+    if m == 0:
+        return 0
+    end = _HEAD.size + size + _TAIL.size
+    if end > len(view):
+        return -m
+    body = bytes(view[_HEAD.size : _HEAD.size + size])
+    crc, m2 = _TAIL.unpack_from(view, _HEAD.size + size)
+    if m2 != m or crc != zlib.crc32(bytes(view[: _HEAD.size]) + body):
+        return -m
+    return m
+
+
+class _Interrupt(BaseException):
+    """Raised inside the hook when the harness sends something other than "step"."""
+
+    def __init__(self, cmd) -> None:
+        self.cmd = cmd
+
+
+class FakeTime:
+    """Virtual time for hooked queue programs: it advances by ``quantum`` at every hook call,
+    so a timeout expires after a number of the process's own steps, not of wall-clock seconds
+    (deterministic, and independent of how long the harness keeps the process blocked)."""
+
+    def __init__(self, quantum: float) -> None:
+        self.now = 1000.0
+        self.quantum = quantum
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def __getattr__(self, name):
+        return getattr(_real_time, name)
+
+
+class Worker:
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.events: list = []
+        self.mq = None
+        self.ring = None
+        self.clock = None
+        self.hooked = False
+
+    # -- the step hook ------------------------------------------------------------------------
+    def hook(self, action: str, side, index: int) -> None:
+        if not self.hooked:
+            return
+        extra = None
+        if action == "WriterClearReadFlag":
+            extra = sys._getframe(1).f_locals.get("r")  # the reader whose flag is cleared
+        if self.clock is not None:
+            self.clock.now += self.clock.quantum
+        events, self.events = self.events, []
+        self.conn.send(("at", action, index, extra, events))
+        cmd = self.conn.recv()
+        if cmd[0] != "step":
+            raise _Interrupt(cmd)
+        if cmd[1].get("shutdown") and self.mq is not None:
+            self.mq.shutdown()
+
+    # -- programs -----------------------------------------------------------------------------
+    def run_ring(self, p: dict) -> None:
+        from ringcast.ring import ShmRingBuffer
+
+        from .variants import READERS, WRITERS
+
+        self.ring = ShmRingBuffer(*p["handle"])
+        self.hooked = True
+        if p["role"] == "writer":
+            w = WRITERS[p["variant"]](self.ring)
+            for m, size in enumerate(p["sizes"], start=1):
+                while not w._writer_claim():
+                    pass
+                w.begin()
+                head, rest = encode(m, size)
+                # two WriterWritePayload steps, as the spec's TwoStepPayload: the first leaves
+                # the chunk torn (new header, old body), the second completes it
+                w._writer_write_payload((head,))
+                w._writer_write_payload((head, rest))
+                w.finish()
+        else:
+            rd = READERS[p["variant"]](self.ring, p["r"])
+            for _ in range(p["M"]):
+                while not rd.ready():
+                    pass
+                with rd._reader_copy() as view:
+                    v = decode(view)
+                self.events.append(("copied", v))
+                rd._reader_ack()
+
+    def _install_clock(self, quantum: float | None) -> None:
+        import ringcast.queue as q
+        import ringcast.waiting as wt
+
+        if quantum is None:
+            self.clock = None
+            q.time = wt.time = _real_time
+        else:
+            self.clock = FakeTime(quantum)
+            q.time = wt.time = self.clock
+
+    def setup_mq_writer(self, p: dict) -> None:
+        from ringcast.queue import MessageQueue
+
+        self._install_clock(p.get("quantum"))
+        self.mq = MessageQueue(
+            p["n_reader"], p["n_local"], None, p["max_chunk_bytes"], p["max_chunks"], "127.0.0.1",
+            spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05),
+        )
+        self.conn.send(("handle", self.mq.export_handle()))
+
+    def setup_mq_reader(self, p: dict) -> None:
+        from ringcast.queue import MessageQueue
+
+        self._install_clock(p.get("quantum") if p.get("hooked", True) else None)
+        self.mq = MessageQueue.create_from_handle(p["handle"], p["rank"], spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05))
+        self.conn.send(("attached",))
+
+    def run_mq(self, p: dict) -> None:
+        from ringcast.errors import Cancelled, RingTimeoutError
+
+        cmd = self.conn.recv()
+        if cmd[0] != "go":
+            raise _Interrupt(cmd)
+        self.mq.wait_until_ready(timeout=30)
+        self.hooked = p.get("hooked", True)
+        # Unhooked (free-running) programs wait in slices of real time and look at the pipe in
+        # between, so that the harness can always stop them.
+        timeout = p.get("timeout") if self.hooked else 0.2
+        delays = p.get("delays") or []
+        conn = self.conn
+
+        def check_pipe():
+            if not self.hooked and conn.poll():
+                raise _Interrupt(conn.recv())
+
+        if p["role"] == "writer":
+            for k, obj in enumerate(p["objs"]):
+                if delays and delays[k % len(delays)]:
+                    _real_time.sleep(delays[k % len(delays)])
+                while True:
+                    check_pipe()
+                    try:
+                        self.mq.enqueue(obj, timeout=timeout)
+                        break
+                    except RingTimeoutError:
+                        if self.hooked:
+                            self.events.append(("timeout",))
+                    except Cancelled:
+                        self.events.append(("cancelled",))
+                        return
+        else:
+            got = 0
+            while got < p["M"]:
+                if delays and delays[got % len(delays)]:
+                    _real_time.sleep(delays[got % len(delays)])
+                check_pipe()
+                try:
+                    obj = self.mq.dequeue(timeout=timeout)
+                except RingTimeoutError:
+                    if self.hooked:
+                        self.events.append(("timeout",))
+                    continue
+                except Cancelled:
+                    self.events.append(("cancelled",))
+                    return
+                self.events.append(("delivered", obj))
+                got += 1
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        self.hooked = False
+        if self.mq is not None:
+            mq, self.mq = self.mq, None
+            try:
+                mq.close()
+            except BufferError:  # a memoryview held by an unwound frame: collect it and retry
+                gc.collect()
+                mq.close()
+        if self.ring is not None:
+            ring, self.ring = self.ring, None
+            try:
+                ring.close()
+            except BufferError:
+                gc.collect()
+                ring.close()
+        if self.clock is not None:
+            self._install_clock(None)
+
+    def serve(self) -> None:
+        from ringcast.ring import set_step_hook
+
+        set_step_hook(self.hook)
+        conn = self.conn
+        conn.send(("hello", os.getpid()))
+        pending = None
+        while True:
+            if pending is not None:
+                cmd, pending = pending, None
+            else:
+                try:
+                    cmd = conn.recv()
+                except EOFError:
+                    return
+            op = cmd[0]
+            if op == "quit":
+                self.cleanup()
+                return
+            if op == "stop":
+                self.cleanup()
+                events, self.events = self.events, []
+                conn.send(("stopped", events))
+                continue
+            if op == "step":  # the program is over; say so again
+                events, self.events = self.events, []
+                conn.send(("done", events))
+                continue
+            try:
+                self.cleanup()
+                if op == "ring":
+                    self.run_ring(cmd[1])
+                elif op in ("mq_writer", "mq_reader"):
+                    (self.setup_mq_writer if op == "mq_writer" else self.setup_mq_reader)(cmd[1])
+                    self.run_mq(cmd[1])
+                else:
+                    raise ValueError(f"unknown command {op!r}")
+                self.hooked = False
+                events, self.events = self.events, []
+                conn.send(("done", events))
+            except _Interrupt as e:
+                self.hooked = False
+                pending = e.cmd
+            except BaseException:  # noqa: BLE001 - reported to the harness
+                self.hooked = False
+                events, self.events = self.events, []
+                conn.send(("error", traceback.format_exc(), events))
+
+
+def main(conn) -> None:
+    try:
+        Worker(conn).serve()
+    finally:
+        conn.close()
