@@ -374,13 +374,16 @@ def replay(pool: Pool, params: dict, pids: list[int], drain: bool = False) -> Sc
     return None
 
 
-def minimize(pool: Pool, failure: ScheduleFailure, budget_s: float = 20.0) -> ScheduleFailure:
+def minimize(pool: Pool, failure: ScheduleFailure, max_replays: int = 400, budget_s: float = 120.0) -> ScheduleFailure:
     """Shrink a failing RingRun schedule by replaying it on the real processes (the ring-level
     run is deterministic given the schedule): first smaller parameters (fewer readers, chunks,
     messages, empty bodies), then delta debugging on the steps (drop chunks of steps, halving
     the chunk size down to single steps, until no single step can go).  The result fails with
     the same invariant; its schedule is the shrunk counterexample."""
+    # The budget is a number of replays, so the result does not depend on how loaded the machine
+    # is (a wall-clock budget shrank less under CI's parallel load); budget_s is only a safety net.
     deadline = time.monotonic() + budget_s
+    replays = [0]
     key = failure.detail.split(":", 1)[0]
     best = failure
     params, pids = dict(failure.params), list(failure.pids)
@@ -388,8 +391,9 @@ def minimize(pool: Pool, failure: ScheduleFailure, budget_s: float = 20.0) -> Sc
         pids = pids[: failure.drain_at]  # the replay drains: shrink the prefix that leads there
 
     def fails(pa, pi):
-        if time.monotonic() > deadline:
+        if replays[0] >= max_replays or time.monotonic() > deadline:
             return None
+        replays[0] += 1
         e = replay(pool, pa, pi, drain=failure.kind == "Liveness")
         if e is not None and e.kind == failure.kind and e.detail.split(":", 1)[0] == key:
             return e
