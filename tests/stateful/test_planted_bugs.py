@@ -38,11 +38,12 @@ BUGS = {
     "skipping_reader": ("correct", "skip", 25, 80),
     # the folklore combination
     "reversed_writer_skipping_reader": ("reversed", "skip", 25, 45),
-    # a writer that moves on to the next chunk when its chunk is not free
     # a writer that moves on to the next chunk when its chunk is not free (with the spec's
     # invariants only, it is caught as a loss, or as a deadlock: readers wait at a chunk the
-    # writer skipped)
-    "scan_ahead_writer": ("scan_ahead", "correct", 25, 45),
+    # writer skipped). The deadlock's prefix depends on which counterexample Hypothesis meets
+    # first, which varies with the tests that ran before in the same process (34-50 steps
+    # seen), hence the looser bound.
+    "scan_ahead_writer": ("scan_ahead", "correct", 25, 80),
 }
 
 
