@@ -212,3 +212,21 @@ def test_spin_zero_parks_at_once():
         assert g.w.statistics().wakeups == 1
     finally:
         g.close()
+
+
+def test_reader_long_wait_names_role_rank_pid_slot_and_flags(caplog):
+    w = MessageQueue(1, 1, local_reader_ranks=[5], max_chunk_bytes=64, max_chunks=2, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
+    r = MessageQueue.create_from_handle(w.export_handle(), 5, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
+    try:
+        t = threading.Thread(target=r.wait_until_ready, args=(10,))
+        t.start()
+        w.wait_until_ready(10)
+        t.join()
+        with caplog.at_level(logging.WARNING, logger="ringcast"):
+            with pytest.raises(TimeoutError, match=r"local reader 0 \(rank 5\) timed out after .* waiting for slot 0 \(flags 0000\)"):
+                r.dequeue(timeout=0.2)
+        assert f"ringcast local reader 0 (rank 5) (pid {os.getpid()}) still waiting after" in caplog.text
+        assert "slot 0 flags 0000" in caplog.text
+    finally:
+        r.close()
+        w.close()

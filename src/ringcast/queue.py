@@ -403,6 +403,7 @@ class MessageQueue:
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
             self._allowed = frozenset(allowed_classes)
         self.handle = handle
+        self._rank = rank
         self.n_reader = handle.n_reader
         self.n_local_reader = len(handle.local_reader_ranks)
         self.n_remote_reader = handle.n_reader - self.n_local_reader
@@ -487,8 +488,8 @@ class MessageQueue:
         if self._is_writer:
             return "writer"
         if self._is_local_reader:
-            return f"local reader {self.local_reader_rank}"
-        return "remote reader"
+            return f"local reader {self.local_reader_rank} (rank {self._rank})"
+        return f"remote reader (rank {self._rank})"
 
     def _check_writer(self, op: str) -> None:
         self._check_open()
