@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import os
@@ -44,16 +45,15 @@ def _kill(p):
 # -- process faults -----------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("action", ["ReaderLoadReadFlag", "ReaderCopy", "ReaderAck"])
-def test_reader_killed_mid_protocol(action):
-    """Reader 1 is SIGKILLed at `action` of its 2nd message. The writer gets a DeadReaderError
-    naming it once the ring is full; reader 0 got every message published, in order, once."""
-    w = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2, recheck_interval=0.02)
+@contextlib.contextmanager
+def reader_1_killed_at(action: str, **queue_kwargs):
+    """A writer, reader 0 in this process, and reader 1 in a child that is SIGKILLed when it
+    reaches `action` for its 2nd message (messages 0 and 1 are published). Yields
+    (writer, reader 0, the dead child)."""
+    w = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2, recheck_interval=0.02, **queue_kwargs)
     evt = CTX.Event()
     p = CTX.Process(target=_workers.reader_killed_at, args=(w.export_handle(), 1, action, 2, evt), daemon=True)
     r0 = MessageQueue.create_from_handle(w.export_handle(), 0)
-    got = []
     try:
         p.start()
         t = threading.Thread(target=r0.wait_until_ready, args=(30,))
@@ -65,7 +65,20 @@ def test_reader_killed_mid_protocol(action):
         assert evt.wait(30), "reader did not reach the step"
         p.kill()
         p.join(10)
-        got += [r0.dequeue(timeout=5), r0.dequeue(timeout=5)]
+        yield w, r0, p
+    finally:
+        _kill(p)
+        r0.close()
+        w.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("action", ["ReaderLoadReadFlag", "ReaderCopy", "ReaderAck"])
+def test_reader_killed_mid_protocol(action):
+    """Reader 1 is SIGKILLed at `action` of its 2nd message. The writer gets a DeadReaderError
+    naming it once the ring is full; reader 0 got every message published, in order, once."""
+    with reader_1_killed_at(action) as (w, r0, p):
+        got = [r0.dequeue(timeout=5), r0.dequeue(timeout=5)]
         sent = 2
         with pytest.raises(DeadReaderError, match=rf"local reader 1 \(rank 1, pid {p.pid}\)"):
             for k in range(2, 10):
@@ -76,10 +89,6 @@ def test_reader_killed_mid_protocol(action):
         assert got == list(range(sent))
         with pytest.raises(RingTimeoutError):
             r0.dequeue(timeout=0.05)  # nothing torn or duplicated behind
-    finally:
-        _kill(p)
-        r0.close()
-        w.close()
 
 
 @pytest.mark.timeout(60)
@@ -442,21 +451,7 @@ def test_create_attach_close_loop_does_not_grow():
 def test_evicting_a_dead_reader_lets_the_others_go_on(action):
     """evict_dead_readers=True (spec: evict_correct): reader 1 dies holding a chunk; the writer
     evicts it and reader 0 receives all 12 messages, in order, once."""
-    w = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2, recheck_interval=0.02, evict_dead_readers=True)
-    evt = CTX.Event()
-    p = CTX.Process(target=_workers.reader_killed_at, args=(w.export_handle(), 1, action, 2, evt), daemon=True)
-    r0 = MessageQueue.create_from_handle(w.export_handle(), 0)
-    try:
-        p.start()
-        t = threading.Thread(target=r0.wait_until_ready, args=(30,))
-        t.start()
-        w.wait_until_ready(30)
-        t.join()
-        w.enqueue(0)
-        w.enqueue(1)
-        assert evt.wait(30)
-        p.kill()
-        p.join(10)
+    with reader_1_killed_at(action, evict_dead_readers=True) as (w, r0, p):
         got = []
         reader = threading.Thread(target=lambda: got.extend(r0.dequeue(timeout=20) for _ in range(12)))
         reader.start()
@@ -466,10 +461,6 @@ def test_evicting_a_dead_reader_lets_the_others_go_on(action):
         assert got == list(range(12))
         assert w.statistics().evictions == 1
         assert w.buffer.reader_evicted(1) and not w.buffer.reader_evicted(0)
-    finally:
-        _kill(p)
-        r0.close()
-        w.close()
 
 
 def _exit_at_once():
