@@ -266,9 +266,10 @@ class MessageQueue:
                 self.buffer.register_writer()
                 self._writer = RingWriter(self.buffer)
                 seq, waiters = self.buffer.read_seq_addrs()
-                self._ec = EventCount(seq, waiters, self._counters)  # where the writer parks
+                # both are the writer's side for the step hook (side "writer", index: its chunk)
+                self._ec = EventCount(seq, waiters, self._counters, "writer", self._writer)  # where the writer parks
                 rseq, rwaiters = self.buffer.write_seq_addrs()
-                self._ec_notify = EventCount(rseq, rwaiters, self._counters)  # readers park here
+                self._ec_notify = EventCount(rseq, rwaiters, self._counters, "writer", self._writer)  # readers park here
                 token = f"ringcast-{os.getpid()}-{secrets.token_hex(8)}"
                 if sys.platform.startswith("linux"):
                     # Abstract socket namespace: no file to leak if the writer is killed.
@@ -434,9 +435,10 @@ class MessageQueue:
                 self.buffer.register_reader(self.local_reader_rank)
                 self._reader = RingReader(self.buffer, self.local_reader_rank)
                 seq, waiters = self.buffer.write_seq_addrs()
-                self._ec = EventCount(seq, waiters, self._counters)
+                r = self.local_reader_rank  # the step hook's side: the local reader index
+                self._ec = EventCount(seq, waiters, self._counters, r, self._reader)
                 wseq, wwaiters = self.buffer.read_seq_addrs()
-                self._ec_notify = EventCount(wseq, wwaiters, self._counters)
+                self._ec_notify = EventCount(wseq, wwaiters, self._counters, r, self._reader)
                 self.local_socket = self._sub(handle.local_subscribe_addr)
             else:
                 self.remote_socket = self._sub(handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6, curve_keys=handle.remote_curve_keys)

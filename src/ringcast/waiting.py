@@ -25,8 +25,10 @@ path costs one fence and one load. No wake-up is lost: if the notifier read ``wa
 load came before the waiter's announce (both are ordered by full fences), so the waiter's
 re-check, which comes after its announce, sees the published chunk. If the notifier saw the
 waiter, it bumps ``seq`` after the waiter's snapshot, so ``futex_wait`` either returns at once
-(value changed) or is woken. spec/ models exactly these steps (MCPark*.cfg) and refutes the
-variant without ParkRecheck.
+(value changed) or is woken. spec/ models exactly these steps (spec/park_*.cfg) and refutes the
+variant without ParkRecheck. Each step is one method (tagged with a ``Spec:`` comment), which calls
+the step hook (``ringcast.ring.set_step_hook``; None in production) before its shared-memory
+access, so tests/stateful can drive a parked side step by step.
 
 Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
 out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
@@ -49,6 +51,7 @@ import time
 from dataclasses import dataclass
 
 from . import atomics
+from . import ring as _ring  # the step hook: ``_ring._step_hook`` (one process-wide global, see ring.set_step_hook)
 from .atomics import HAVE_FUTEX, TIMED_OUT, fence_load_u32, fetch_add_u32, futex_wait, futex_wake, load_u32
 from .errors import Cancelled
 
@@ -109,38 +112,67 @@ class Counters:
 
 
 class EventCount:
-    """A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping."""
+    """A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping.
 
-    __slots__ = ("seq", "waiters", "counters", "drop_wakes")
+    ``side`` and ``cursor`` only feed the step hook (tests/stateful): ``side`` is ``"writer"``
+    or the local reader index (MessageQueue sets it; both EventCounts of a side carry that
+    side's value), ``cursor`` the side's RingWriter / RingReader, whose ``index`` (the chunk
+    the side is at) is the hook's ``index`` argument, or -1 without a cursor."""
 
-    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters) -> None:
+    __slots__ = ("seq", "waiters", "counters", "drop_wakes", "side", "cursor")
+
+    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters, side=None, cursor=None) -> None:
         self.seq = seq_addr
         self.waiters = waiters_addr
         self.counters = counters
         #: Fault injection for tests: the next ``drop_wakes`` notifications are silently skipped.
         self.drop_wakes = 0
+        self.side = side
+        self.cursor = cursor
+
+    def _hook_index(self) -> int:
+        c = self.cursor
+        return -1 if c is None else c.index
 
     # -- waiter side ---------------------------------------------------------------------------
+    # Spec: ParkSnapshot
     def _park_snapshot(self) -> int:
+        if _ring._step_hook is not None:
+            _ring._step_hook("ParkSnapshot", self.side, self._hook_index())
         return load_u32(self.seq)
 
+    # Spec: ParkAnnounce
     def _park_announce(self) -> None:
+        if _ring._step_hook is not None:
+            _ring._step_hook("ParkAnnounce", self.side, self._hook_index())
         fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence F6W before ParkRecheck
 
+    # Spec: ParkSleep
     def _park_sleep(self, snapshot: int, timeout: float) -> int:
+        if _ring._step_hook is not None:
+            _ring._step_hook("ParkSleep", self.side, self._hook_index())
         self.counters.parks += 1
         return futex_wait(self.seq, snapshot, timeout)
 
+    # Spec: ParkRetire
     def _park_retire(self) -> None:
+        if _ring._step_hook is not None:
+            _ring._step_hook("ParkRetire", self.side, self._hook_index())
         fetch_add_u32(self.waiters, -1)
 
     # -- notifier side -------------------------------------------------------------------------
+    # Spec: NotifyLoadWaiters
     def _notify_load_waiters(self) -> int:
+        if _ring._step_hook is not None:
+            _ring._step_hook("NotifyLoadWaiters", self.side, self._hook_index())
         # F6N, a full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
         # read `waiters` (store->load order, which even x86 does not give without a fence).
         return fence_load_u32(self.waiters)
 
+    # Spec: NotifyWake
     def _notify_wake(self) -> None:
+        if _ring._step_hook is not None:
+            _ring._step_hook("NotifyWake", self.side, self._hook_index())
         if self.drop_wakes:
             self.drop_wakes -= 1
             return
@@ -154,7 +186,8 @@ class EventCount:
             self._notify_wake()
 
     def wake_all(self) -> None:
-        """Wake every sleeper unconditionally (used by shutdown; sleepers re-check and see why)."""
+        """Wake every sleeper unconditionally (used by shutdown; sleepers re-check and see why).
+        Not a spec action and not hooked: shutdown() may run on any thread."""
         if HAVE_FUTEX:
             fetch_add_u32(self.seq, 1)
             futex_wake(self.seq, _WAKE_ALL)
@@ -171,7 +204,12 @@ class Waiter:
         self.counters = counters
         self.cancelled = cancelled
 
-    def _park_recheck(self, ready) -> bool:
+    # Spec: ParkRecheck
+    def _park_recheck(self, ready, ec: EventCount) -> bool:
+        """The re-check after ParkAnnounce. Its loads are ``ready``'s own ring steps (which call
+        the hook again: ReaderLoadWritten/ReaderLoadReadFlag, or WriterClaim)."""
+        if _ring._step_hook is not None:
+            _ring._step_hook("ParkRecheck", ec.side, ec._hook_index())
         return ready()
 
     def wait(self, ready, ec: EventCount | None, timeout: float | None, on_timeout, on_idle, what: str) -> None:
@@ -226,7 +264,7 @@ class Waiter:
             s = ec._park_snapshot()
             ec._park_announce()
             try:
-                if self._park_recheck(ready):
+                if self._park_recheck(ready, ec):
                     return
                 if cancelled[0]:
                     continue
@@ -234,7 +272,8 @@ class Waiter:
             finally:
                 ec._park_retire()
             if ready():
-                if rc == TIMED_OUT and ec._park_snapshot() == s:
+                # a diagnostic load, not the protocol's ParkSnapshot (so not hooked)
+                if rc == TIMED_OUT and load_u32(ec.seq) == s:
                     c.recheck_hits += 1
                 return
 

@@ -135,7 +135,7 @@ def queue_objects(mcb: int):
 
 
 def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers(0, 1), max_chunks=st.integers(1, 2),
-                  mcb: int = 64, timeouts: bool = True, shutdown: bool = True):
+                  mcb: int = 64, timeouts: bool = True, shutdown: bool = True, waiting: dict | None = None):
     """A MessageQueue scenario: overflow boundary, mixed local and remote readers, timeouts
     while blocked (virtual time), shutdown while waiting."""
     from .pool import QueueRun
@@ -152,13 +152,14 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
                     writer_timeout=timeout, reader_timeout=timeout)
         def setup(self, n_local, n_remote, max_chunks, objs, writer_timeout, reader_timeout):
             self.run = QueueRun(pool, n_local=n_local, n_remote=n_remote, objs=objs, max_chunk_bytes=mcb,
-                                max_chunks=max_chunks, writer_timeout=writer_timeout, reader_timeout=reader_timeout)
+                                max_chunks=max_chunks, writer_timeout=writer_timeout, reader_timeout=reader_timeout,
+                                **(waiting or {}))
 
         def _go(self, k: int, n: int, shutdown: bool = False) -> None:
             try:
                 pr = pick(self.run, k)
                 for j in range(n):
-                    if pr.pending is None:
+                    if pr.pending is None or pr.sleeping:  # asleep in futex_wait: nothing to step
                         return
                     self.run.step(pr, shutdown=shutdown and j == 0)
             except BaseException:

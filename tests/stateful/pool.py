@@ -35,10 +35,19 @@ class WorkerError(RuntimeError):
 class PooledWorker:
     def __init__(self) -> None:
         self.conn, child = CTX.Pipe()
-        self.proc = CTX.Process(target=_worker.main, args=(child,), daemon=True, name="ringcast-stateful-worker")
+        self.ctrl, ctrl_child = CTX.Pipe()  # to the worker's control thread (shutdown from a 2nd thread)
+        self.proc = CTX.Process(target=_worker.main, args=(child, ctrl_child), daemon=True, name="ringcast-stateful-worker")
         self.proc.start()
         child.close()
+        ctrl_child.close()
         self.pid = None
+
+    def shutdown_from_thread(self, timeout: float = REPLY_TIMEOUT) -> bool:
+        """MessageQueue.shutdown() on the worker's control thread; True if it had a queue."""
+        self.ctrl.send(("shutdown",))
+        if not self.ctrl.poll(timeout):
+            raise WorkerError(f"worker pid {self.proc.pid}: the control thread did not answer within {timeout}s")
+        return self.ctrl.recv()[1]
 
     def hello(self, timeout: float = 60.0) -> None:
         msg = self.recv(timeout)
@@ -73,6 +82,7 @@ class PooledWorker:
             self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+        self.ctrl.close()
 
 
 class Pool:
@@ -149,6 +159,7 @@ class Proc:
     name: str
     pending: tuple | None = None  # (action, index, extra) it is blocked before, None when done
     hooked: bool = True
+    sleeping: bool = False  # stepped into ParkSleep and blocked in futex_wait: no report until woken
     events: list = field(default_factory=list)
 
 
@@ -176,7 +187,7 @@ class _RunBase:
         raise ScheduleFailure(kind, detail, self.schedule, self)
 
     def runnable(self) -> list[Proc]:
-        return [pr for pr in self.procs if pr.hooked and pr.pending is not None]
+        return [pr for pr in self.procs if pr.hooked and pr.pending is not None and not pr.sleeping]
 
     def _absorb(self, pr: Proc, msg) -> None:
         """Take a worker's report after a step."""
@@ -217,7 +228,7 @@ class _RunBase:
         """The global state: the model's variables and what each process is blocked before."""
         m = self.model
         return (repr(sorted((k, v) for k, v in vars(m).items() if k not in ("Order",))),
-                tuple(pr.pending for pr in self.procs), tuple(len(v) for v in getattr(self, "got", {}).values()))
+                tuple((pr.pending, pr.sleeping) for pr in self.procs), tuple(len(v) for v in getattr(self, "got", {}).values()))
 
     def drain(self, max_steps: int | None = None) -> None:
         """Teardown: run every process fairly (round robin) until all are done.  The processes
@@ -496,19 +507,25 @@ def trace_of(run: RingRun) -> dict:
 # ---------------------------------------------------------------------------------------------
 class QueueRun(_RunBase):
     """One controlled run through a real MessageQueue: writer and ``n_local`` local readers are
-    stepped (the hooks of ring.py and queue.py), ``n_remote`` remote readers (TCP, no ring) run
-    free.  Waiting spins (``spin`` huge: parking is not hooked yet), in virtual time: every hook
-    call advances the process's clock by ``quantum`` seconds, so ``timeout`` expires after
-    ``timeout / quantum`` of the process's own steps (deterministic).  The model checks the ring
-    steps (flags, order, cursors, the spec invariants; ``Order`` is ORDER_QUEUE and payloads take
-    any number of WriterWritePayload steps); every delivered object is checked against the
-    writer's sequence as it arrives; ``shutdown`` (a step option) calls MessageQueue.shutdown()
-    in the process right before its next step.
+    stepped (the hooks of ring.py, queue.py and waiting.py), ``n_remote`` remote readers (TCP, no
+    ring) run free.  Waiting runs in virtual time: every hook call advances the process's clock by
+    ``quantum`` seconds, so ``timeout`` expires after ``timeout / quantum`` of the process's own
+    steps (deterministic).  By default a waiting side spins (``spin`` huge) and never parks; with
+    ``spin=0`` it parks on the eventcount after two looks (``tight_looks=0``), and ParkSleep
+    really blocks in futex_wait whenever the model says its futex word has not moved: the harness
+    then expects no report from it until a NotifyWake or a shutdown() moves the word (use a huge
+    ``recheck`` so that the sleep's own cap never ends it, and no timeouts: the cap of a timed
+    sleep is real time).  The model checks the ring steps (flags, order, cursors, the spec
+    invariants; ``Order`` is ORDER_QUEUE and payloads take any number of WriterWritePayload steps)
+    and the eventcount (the waiter counts and, for a parked side, whether its futex word moved,
+    against the segment's words); every delivered object is checked against the writer's sequence
+    as it arrives; ``shutdown`` (a step option) calls MessageQueue.shutdown() in the process right
+    before its next step, :meth:`shutdown_from_thread` on the process's control thread.
     """
 
     def __init__(self, pool: Pool, *, n_local: int, n_remote: int, objs: list, max_chunk_bytes: int, max_chunks: int,
                  writer_timeout: float | None = None, reader_timeout: float | None = None, quantum: float = 1e-3,
-                 cursors: bool = True) -> None:
+                 cursors: bool = True, spin: float = 1e9, recheck: float = 0.05, tight_looks: int | None = None) -> None:
         from .model import ORDER_QUEUE
 
         self.objs = list(objs)
@@ -520,7 +537,8 @@ class QueueRun(_RunBase):
         self.got: dict[int, list] = {}
         self.timeouts = 0
         self.cancelled: set[int] = set()
-        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=None)
+        self.snap: dict[int, int] = {}  # the seq value each parked process snapshotted
+        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=None, parking=True)
         self.model.NR = n_local  # no local readers: the model has nothing to check on the ring
         self.pool = pool
         n_reader = n_local + n_remote
@@ -531,11 +549,14 @@ class QueueRun(_RunBase):
         if n_local == 0:
             self.model.pc = ["claim"]
         self.procs.append(self.writer)
+        waiting = {"spin": spin, "recheck": recheck}
+        if tight_looks is not None:
+            waiting["tight_looks"] = tight_looks
         try:
             self.writer.worker.send(("mq_writer", {
                 "role": "writer", "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
                 "max_chunks": max_chunks, "objs": self.objs, "timeout": writer_timeout, "quantum": quantum,
-                "hooked": n_local > 0,
+                "hooked": n_local > 0, **waiting,
             }))
             msg = self.writer.worker.recv()
             if msg[0] != "handle":
@@ -546,7 +567,7 @@ class QueueRun(_RunBase):
             for pr in self.procs[:-1]:
                 pr.worker.send(("mq_reader", {"role": "reader", "handle": handle, "rank": pr.p, "M": self.M,
                                               "timeout": reader_timeout if pr.hooked else None, "quantum": quantum,
-                                              "hooked": pr.hooked}))
+                                              "hooked": pr.hooked, **(waiting if pr.hooked else {})}))
                 msg = pr.worker.recv()
                 if msg[0] != "attached":
                     self._fail("worker error", f"{pr.name} setup failed: {msg[1] if len(msg) > 1 else msg}")
@@ -566,6 +587,7 @@ class QueueRun(_RunBase):
             self._check_pending(pr)
         if self.ring is not None:
             self._check_real_state()
+            self._check_park_words()
 
     def describe(self) -> str:
         return (f"queue local={self.n_local} remote={self.n_remote} M={self.M} max_chunk_bytes={self.mcb} "
@@ -589,11 +611,76 @@ class QueueRun(_RunBase):
                 elif pr.p == self.writer.p:
                     self.model.cancelled.add(pr.p)
 
+    # -- the eventcount words ------------------------------------------------------------------
+    def _u32(self, off: int) -> int:
+        return int.from_bytes(self.ring.buf[off : off + 4], "little")
+
+    def _seq(self, word: str) -> int:
+        from ringcast.layout import READ_SEQ, WRITE_SEQ
+
+        return self._u32(WRITE_SEQ if word == "R" else READ_SEQ)
+
+    def _check_park_words(self) -> None:
+        """The segment's waiter counts equal the model's; a parked process's futex word has moved
+        since its snapshot exactly when the model says so."""
+        from ringcast.layout import READER_WAITERS, WRITER_WAITERS
+
+        if self.ring is None:
+            return
+        m = self.model
+        for word, off, who in (("R", READER_WAITERS, "readers'"), ("W", WRITER_WAITERS, "writer's")):
+            real = self._u32(off)
+            if real != m.waiters[word]:
+                self._fail("Conformance", f"the {who} eventcount has {real} waiters in the segment, the spec's waiters is {m.waiters[word]}")
+        for q, word in enumerate(m.word):
+            if word is not None and q in self.snap:
+                moved = self._seq(word) != self.snap[q]
+                if moved != m.moved[q]:
+                    self._fail("Conformance", f"{m._name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
+                               f"ParkSnapshot, the spec's moved is {m.moved[q]}")
+
+    def _wake_sleepers(self) -> None:
+        """Collect the report of every sleeper whose futex word the last step moved (it was woken,
+        or futex_wait returned at once): its ParkSleep has completed."""
+        m = self.model
+        for q in self.procs:
+            if q.sleeping and not m.sleep_blocks(q.p):
+                q.sleeping = False
+                idx = q.pending[1]
+                self._absorb(q, q.worker.recv())
+                self.schedule.append(f"{q.name}:ParkSleep@{idx} (woken)")
+                try:
+                    m.step(q.p, "ParkSleep", idx)
+                except Conformance as e:
+                    self._fail("Conformance", str(e))
+                self._events(q)
+                self._check_pending(q)
+
+    def _after_step(self) -> None:
+        self._wake_sleepers()
+        if self.ring is not None:
+            self._check_real_state()
+            self._check_park_words()
+        bad = self.model.violations(self.cursors)
+        if bad:
+            self._fail("Violation", "; ".join(bad))
+
+    def sleeping(self) -> list[Proc]:
+        return [pr for pr in self.procs if pr.sleeping]
+
     def step(self, pr: Proc, shutdown: bool = False) -> None:
         action, index, extra = pr.pending
         m = self.model
-        self.schedule.append(f"{pr.name}:{action}@{index}" + (" +shutdown" if shutdown else ""))
+        if shutdown:
+            m.shutdown(pr.p)  # the worker calls shutdown() in its hook, before the access
+        blocks = action == "ParkSleep" and m.sleep_blocks(pr.p)
+        self.schedule.append(f"{pr.name}:{action}@{index}" + (" +shutdown" if shutdown else "") + (" (blocks)" if blocks else ""))
         pr.worker.send(("step", {"shutdown": shutdown}))
+        if blocks:
+            # futex_wait really blocks: no report until a NotifyWake or a shutdown moves the word
+            pr.sleeping = True
+            self._after_step()
+            return
         self._absorb(pr, pr.worker.recv())
         if action == "ReaderRecvOverflow":
             extra = any(ev[0] == "delivered" for ev in pr.events)
@@ -601,35 +688,50 @@ class QueueRun(_RunBase):
             m.step(pr.p, action, index, extra)
         except Conformance as e:
             self._fail("Conformance", str(e))
+        if action == "ParkSnapshot" and self.ring is not None:
+            self.snap[pr.p] = self._seq(m.word[pr.p])  # what it loaded: nobody bumps the word in between
         self._events(pr)
         self._check_pending(pr)
-        self._check_real_state()
-        bad = m.violations(self.cursors)
-        if bad:
-            self._fail("Violation", "; ".join(bad))
+        self._after_step()
+
+    def shutdown_from_thread(self, pr: Proc) -> None:
+        """MessageQueue.shutdown() in ``pr``'s process, on its control thread (the main thread may
+        be asleep in futex_wait): bumps both futex words and wakes every sleeper."""
+        self.schedule.append(f"{pr.name}:shutdown() on another thread")
+        pr.worker.shutdown_from_thread()
+        self.model.shutdown(pr.p)
+        self._after_step()
 
     def drain(self, max_steps: int | None = None) -> None:
+        m = self.model
         if not self.cancelled:
-            return super().drain(max_steps)
+            super().drain(max_steps)
+            for pr in self.sleeping():
+                self._fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
+                           "nobody is left to wake it")
+            return
         # After a shutdown some processes can never finish (a writer waiting for a cancelled
         # reader, readers waiting for a cancelled writer): run fairly for a bounded time, then
-        # require that whoever is left is waiting on a chunk that is really not ready.
+        # require that whoever is left is waiting (spinning or asleep) on a chunk that is really
+        # not ready.
         for _ in range(8 * (self.M + 2) * (len(self.procs) + 1)):
             todo = self.runnable()
             if not todo:
-                return
+                break
             for pr in todo:
-                self.step(pr)
-        m = self.model
-        for pr in self.runnable():
+                if pr.pending is not None and not pr.sleeping:
+                    self.step(pr)
+        for pr in [*self.runnable(), *self.sleeping()]:
             action = pr.pending[0]
+            looks = ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
             if pr.p == m.Wr:
-                ok = action == "WriterClaim" and not m.claimable()
+                ok = action in ("WriterClaim", "ParkSnapshot", "ParkSleep") and not m.claimable()
             else:
                 c = m.i[pr.p]
-                ok = action in ("ReaderLoadWritten", "ReaderLoadReadFlag") and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0)
+                ok = action in looks and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0)
             if not ok:
-                self._fail("Liveness", f"after shutdown {pr.name} still runs ({action}) although it is not blocked")
+                state = "sleeps" if pr.sleeping else "still runs"
+                self._fail("Liveness", f"after shutdown {pr.name} {state} ({action}) although it is not blocked")
 
     def check_complete(self) -> None:
         # remote readers run free: collect what they delivered
@@ -653,6 +755,13 @@ class QueueRun(_RunBase):
                 self._fail("Liveness", f"reader {r} delivered {len(got)} of {self.M} messages")
 
     def close(self) -> None:
+        for pr in self.procs:
+            if pr.sleeping:  # asleep in futex_wait, deaf to its command pipe: wake it first
+                pr.sleeping = False
+                try:
+                    pr.worker.shutdown_from_thread()
+                except (WorkerError, OSError):
+                    pass
         try:
             # readers first: a writer closing with messages queued for a live subscriber lingers
             self.pool.stop_all([pr.worker for pr in self.procs if pr is not self.writer])

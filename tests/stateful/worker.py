@@ -10,6 +10,9 @@ hook call.  Any other command received inside the hook interrupts the program (i
 worker closes its mappings and then handles the command), so a worker survives from one
 Hypothesis example to the next: the harness pays the ~0.3 s spawn once per pool, not per example.
 
+A control thread on a second pipe handles ``("shutdown",)``: MessageQueue.shutdown() from
+another thread, for a main thread asleep in futex_wait (it reads no command until woken).
+
 Reports: ``("at", ...)`` before each step, ``("done", events)`` when the program returns,
 ``("error", traceback, events)`` when it raises, ``("handle", h)`` / ``("attached",)`` during a
 queue setup, ``("stopped", events)`` after ``("stop",)``.  Events are what the program observed
@@ -21,37 +24,11 @@ from __future__ import annotations
 
 import gc
 import os
-import struct
 import sys
 import time as _real_time
 import traceback
-import zlib
 
-_HEAD = struct.Struct("<II")  # message number, body length
-_TAIL = struct.Struct("<II")  # crc32 of (number, length, body), number
-PAYLOAD_OVERHEAD = _HEAD.size + _TAIL.size
-
-
-def encode(m: int, size: int) -> tuple[bytes, bytes]:
-    """Header and rest of ring-level message ``m`` (``head + rest`` is the whole payload)."""
-    body = bytes((m * 7 + j) & 0xFF for j in range(size))
-    head = _HEAD.pack(m, size)
-    return head, body + _TAIL.pack(zlib.crc32(head + body), m)
-
-
-def decode(view) -> int:
-    """The spec's value of a chunk's payload: 0 zero-filled, m message m, -m message m torn."""
-    m, size = _HEAD.unpack_from(view, 0)
-    if m == 0:
-        return 0
-    end = _HEAD.size + size + _TAIL.size
-    if end > len(view):
-        return -m
-    body = bytes(view[_HEAD.size : _HEAD.size + size])
-    crc, m2 = _TAIL.unpack_from(view, _HEAD.size + size)
-    if m2 != m or crc != zlib.crc32(bytes(view[: _HEAD.size]) + body):
-        return -m
-    return m
+from ringcast.trace.payload import PAYLOAD_OVERHEAD, decode, encode  # noqa: F401 - pool uses them via worker
 
 
 class _Interrupt(BaseException):
@@ -102,6 +79,9 @@ class Worker:
         self.conn.send(("at", action, index, extra, events))
         cmd = self.conn.recv()
         if cmd[0] != "step":
+            # the program is abandoned: step points passed while it unwinds (ParkRetire in a
+            # `finally`) must not report and wait for a command the harness will never send
+            self.hooked = False
             raise _Interrupt(cmd)
         if cmd[1].get("shutdown") and self.mq is not None:
             self.mq.shutdown()
@@ -155,6 +135,7 @@ class Worker:
             p["n_reader"], p["n_local"], None, p["max_chunk_bytes"], p["max_chunks"], "127.0.0.1",
             spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05),
         )
+        self._set_tight_looks(p)
         self.conn.send(("handle", self.mq.export_handle()))
 
     def setup_mq_reader(self, p: dict) -> None:
@@ -162,7 +143,32 @@ class Worker:
 
         self._install_clock(p.get("quantum") if p.get("hooked", True) else None)
         self.mq = MessageQueue.create_from_handle(p["handle"], p["rank"], spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05))
+        self._set_tight_looks(p)
         self.conn.send(("attached",))
+
+    def _set_tight_looks(self, p: dict) -> None:
+        """``tight_looks`` (if given) replaces the policy's looks-without-yield (the queue picks 64 or
+        0 from the CPU count): 0 makes a parking run reach ParkSnapshot after two looks."""
+        if "tight_looks" in p:
+            import dataclasses
+
+            pol = dataclasses.replace(self.mq.policy, tight_looks=p["tight_looks"])
+            self.mq.policy = self.mq._waiter.policy = pol
+
+    def control(self, ctrl) -> None:
+        """The control thread: ``("shutdown",)`` calls MessageQueue.shutdown() from this second
+        thread, as a user would while the main thread is blocked (e.g. asleep in futex_wait,
+        where it reads no command)."""
+        while True:
+            try:
+                cmd = ctrl.recv()
+            except (EOFError, OSError):
+                return
+            if cmd[0] == "shutdown":
+                mq = self.mq
+                if mq is not None:
+                    mq.shutdown()
+                ctrl.send(("ok", mq is not None))
 
     def run_mq(self, p: dict) -> None:
         from ringcast.errors import Cancelled, RingTimeoutError
@@ -284,8 +290,13 @@ class Worker:
                 conn.send(("error", traceback.format_exc(), events))
 
 
-def main(conn) -> None:
+def main(conn, ctrl=None) -> None:
     try:
-        Worker(conn).serve()
+        w = Worker(conn)
+        if ctrl is not None:
+            import threading
+
+            threading.Thread(target=w.control, args=(ctrl,), daemon=True, name="ringcast-stateful-control").start()
+        w.serve()
     finally:
         conn.close()

@@ -1,0 +1,475 @@
+"""A pure-Python reference model of spec/Ring.tla (memory model SC; the eventcount with
+``parking=True``, as MessageQueue runs use it).
+
+The variables and the actions are those of the spec, one method per action, with the same
+names and the same meaning (``written``, ``rflag``, ``data``, ``pc``, ``w``, ``msg``, ``wk``,
+``wr``, ``i``, ``seen``, ``mk``, ``ncopied``, ``recv``, ``sent``, ``fifo``); the constants
+``Order``, ``SkipReader``, ``TwoStepPayload``, ``InitWritten``/``InitRead`` select the same
+variants as spec/MCRing.tla.  Processes are numbered as in the spec: readers ``0 .. NR-1``, the
+writer ``NR``.
+
+The harness drives it with what the real processes do: :meth:`RingModel.step` takes the action a
+process has just executed (the name its step hook reported) and applies that action of the spec.
+Loads take their value from the model's memory, which the harness checks against the real
+segment after every step, so the model makes exactly the decisions the real process made; when
+the real process then reports a different next action than the model's ``pc`` predicts, the code
+and the spec disagree (:class:`Conformance`).  After every step :meth:`RingModel.violations`
+evaluates the spec's invariants (NoDataRace, NoOverwrite, InOrder) and one harness invariant
+(``Cursors``: a side's chunk index is its message count modulo N; it holds in every reachable
+state of the correct spec and catches a skipping side at the skip instead of laps later).
+
+Two extensions that the spec does not have (documented in docs/stateful.md):
+
+* ``scan_ahead``: a broken writer whose failed claim moves on to the next chunk.
+* ``payload_parts=None`` (MessageQueue mode): a message's payload takes any number of
+  ``WriterWritePayload`` steps (the queue writes a marker, then a pickle, then out-of-band
+  buffers); it is complete when the writer goes on to its next step, and the ``send`` step of
+  ``Order`` (``WriterSendOverflow``) is taken only by messages that overflow (they join ``Big``).
+* ``parking=True`` (MessageQueue mode): the spec's Parking/Recheck steps as waiting.py takes them:
+  two eventcounts (``waiters["R"]`` readers', ``waiters["W"]`` the writer's), ``moved`` per
+  process; a side parks only after a look that failed (``lastfail``), ParkRecheck's loads are the
+  ring's own load steps (``rechk``), and a successful re-check retires and goes straight on
+  (``after_retire``) where the spec's ParkRetire looks again.
+"""
+
+from __future__ import annotations
+
+import copy
+
+ORDER_CORRECT = ("clear_written", "payload", "clear_flags", "publish")
+ORDER_PUBLISH_BEFORE_CLEAR = ("clear_written", "payload", "publish", "clear_flags")
+#: the MessageQueue writer: an overflowing message is sent after its marker, before the flags
+ORDER_QUEUE = ("clear_written", "payload", "send", "clear_flags", "publish")
+
+STEP_ACTION = {
+    "claim": "WriterClaim",
+    "clear_written": "WriterClearWritten",
+    "payload": "WriterWritePayload",
+    "payload_end": "WriterWritePayload",
+    "clear_flags": "WriterClearReadFlag",
+    "publish": "WriterPublish",
+    "send": "WriterSendOverflow",
+    "load_w": "ReaderLoadWritten",
+    "load_r": "ReaderLoadReadFlag",
+    "copy": "ReaderCopy",
+    "ack": "ReaderAck",
+    "recv": "ReaderRecvOverflow",
+    "owed": "ReaderRecvOverflow",
+    "park_announce": "ParkAnnounce",
+    "park_recheck": "ParkRecheck",
+    "park_sleep": "ParkSleep",
+    "park_retire": "ParkRetire",
+    "notify_load": "NotifyLoadWaiters",
+    "notify_wake": "NotifyWake",
+    "done": "done",
+}
+
+#: The eventcount actions (waiting.py), spec section "eventcount (waiting.py)".
+PARK_ACTIONS = frozenset({"ParkSnapshot", "ParkAnnounce", "ParkRecheck", "ParkSleep", "ParkRetire",
+                          "NotifyLoadWaiters", "NotifyWake"})
+
+
+class Violation(AssertionError):
+    """A spec invariant (or the harness's Cursors invariant) is false in the observed state."""
+
+
+class Conformance(AssertionError):
+    """The real processes did something the spec does not allow (or the segment differs)."""
+
+
+class RingModel:
+    def __init__(
+        self,
+        N: int,
+        NR: int,
+        M: int,
+        *,
+        order=ORDER_CORRECT,
+        skip_reader: bool = False,
+        scan_ahead: bool = False,
+        payload_parts: int | None = 2,
+        init_written: int = 0,
+        init_read: int = 0,
+        recv_mode: str = "owed",
+        parking: bool = False,
+    ) -> None:
+        self.N, self.NR, self.M = N, NR, M
+        self.Order = tuple(order)
+        self.SkipReader = skip_reader
+        self.scan_ahead = scan_ahead
+        self.parts = payload_parts
+        self.recv_mode = recv_mode
+        self.Wr = NR
+        self.written = [init_written] * N
+        self.rflag = [[init_read] * NR for _ in range(N)]
+        self.data = [0] * N
+        self.pc = ["load_w"] * NR + ["claim" if M > 0 else "done"]
+        self.w, self.msg, self.wk, self.wr = 0, 1, 0, 0
+        self.parts_done = 0
+        self.i = [0] * NR
+        self.seen = [0] * NR
+        self.mk = [False] * NR
+        self.ncopied = [0] * NR
+        self.recv = [[] for _ in range(NR)]
+        self.sent: list[int] = []
+        self.fifo = [[] for _ in range(NR)]
+        self.Big: set[int] = set()
+        self.cancelled: set[int] = set()
+        self.pay_idx = self.Order.index("payload") + 1 if "payload" in self.Order else 0
+        # -- the eventcount (spec: Parking = TRUE, Recheck = TRUE), MessageQueue runs only --------
+        self.parking = parking
+        P = NR + 1
+        #: the waiter counts of the two eventcounts: "R" (readers park on write_seq,
+        #: READER_WAITERS) and "W" (the writer parks on read_seq, WRITER_WAITERS)
+        self.waiters = {"R": 0, "W": 0}
+        self.word: list[str | None] = [None] * P  # the eventcount p is parked on (ParkSnapshot .. ParkRetire)
+        self.moved = [False] * P  # its seq word changed since p's ParkSnapshot (spec: moved)
+        self.lastfail = [False] * P  # p's last look at the ring found it not ready (it may park now)
+        self.rechk = [False] * P  # p is doing ParkRecheck's loads
+        self.after_retire: list[str | None] = [None] * P  # where p goes after ParkRetire (None: loop top)
+        self.shutdown_req: set[int] = set()  # processes in which shutdown() was called
+
+    # -- views ------------------------------------------------------------------------------------
+    def clone(self) -> "RingModel":
+        return copy.deepcopy(self)
+
+    def flags(self, c: int) -> bytes:
+        return bytes([self.written[c], *self.rflag[c]])
+
+    def cursor(self, p: int) -> int:
+        return self.w if p == self.Wr else self.i[p]
+
+    def finished(self, p: int) -> bool:
+        if p in self.cancelled:
+            return True
+        if p == self.Wr:
+            return self.pc[p] == "done"
+        return len(self.recv[p]) >= self.M and self.pc[p] == "load_w"
+
+    def expected(self, p: int) -> tuple[str, ...]:
+        """The action names the implementation of process ``p`` may report next ("done" when its
+        program is over)."""
+        if self.finished(p):
+            return ("done",)
+        pc = self.pc[p]
+        if pc == "load_r" and self.seen[p] == 0:
+            # ring.py: RingReader.ready() short-circuits: after loading written = 0 it does not
+            # load its read flag.  The spec's ReaderLoadReadFlag then only returns to load_w (or,
+            # in a re-check, to park_sleep), so the harness inserts it as an implicit step.
+            if self.rechk[p]:
+                return self._sleep_next(p)
+            return ("ReaderLoadWritten", "ParkSnapshot") if self.parking else ("ReaderLoadWritten",)
+        if pc == "park_sleep":
+            return self._sleep_next(p)
+        if pc in ("claim", "load_w") and self.parking and self.lastfail[p] and not self.rechk[p]:
+            return (STEP_ACTION[pc], "ParkSnapshot")
+        if pc == "payload" and self.parts is None and self.parts_done > 0:
+            nxt = ("WriterWritePayload",) + self._after_payload()
+            return nxt
+        if pc == "send":
+            return ("WriterSendOverflow", STEP_ACTION[self.Order[self.wk]] if self.wk < len(self.Order) else "WriterClaim")
+        return (STEP_ACTION[pc],)
+
+    def _sleep_next(self, p: int) -> tuple[str, ...]:
+        # after a failed re-check: sleep, or (shutdown() was called) retire and raise Cancelled
+        return ("ParkSleep", "ParkRetire") if p in self.shutdown_req else ("ParkSleep",)
+
+    def _after_payload(self) -> tuple[str, ...]:
+        k = self.wk  # Order[k] is the step after the payload
+        if k >= len(self.Order):
+            return ("WriterClaim", "done")
+        nxt = self.Order[k]
+        if nxt == "send" and k + 1 < len(self.Order):
+            return ("WriterSendOverflow", STEP_ACTION[self.Order[k + 1]])
+        return (STEP_ACTION[nxt],)
+
+    def state(self) -> dict:
+        """The spec variables a trace records after each step (see tracecheck.py)."""
+        return {
+            "written": tuple(self.written),
+            "rflag": tuple(tuple(f) for f in self.rflag),
+            "data": tuple(self.data),
+            "w": self.w,
+            "i": tuple(self.i),
+            "pc": tuple(self.pc),
+        }
+
+    # -- ring conditions ---------------------------------------------------------------------------
+    def claimable(self) -> bool:
+        return self.written[self.w] == 0 or all(self.rflag[self.w][r] == 1 for r in range(self.NR))
+
+    def writer_writing(self, c: int) -> bool:
+        return self.w == c and 1 <= self.wk <= self.pay_idx
+
+    # -- writer -----------------------------------------------------------------------------------
+    def _next_step(self) -> None:
+        Wr = self.Wr
+        if self.wk < len(self.Order):
+            self.wk += 1
+            self.pc[Wr] = self.Order[self.wk - 1]
+        else:
+            self.wk = 0
+            self.w = (self.w + 1) % self.N
+            self.msg += 1
+            self.pc[Wr] = "notify_load" if self.parking else ("done" if self.msg > self.M else "claim")
+
+    def WriterClaim(self) -> None:
+        Wr = self.Wr
+        rechk, self.rechk[Wr] = self.rechk[Wr], False
+        self.lastfail[Wr] = False
+        if self.claimable():
+            self.wk, self.wr = 1, 0
+            self.parts_done = 0
+            self.pc[Wr] = self.Order[0]
+            if rechk:  # waiting.py: a successful re-check retires, then the writer goes on
+                self.after_retire[Wr], self.pc[Wr] = self.pc[Wr], "park_retire"
+        elif rechk:
+            self.pc[Wr] = "park_sleep"
+        elif self.scan_ahead:  # not in the spec: the broken writer looks at the next chunk
+            self.w = (self.w + 1) % self.N
+        else:  # stutter: the code looks again (spin) or parks (ParkSnapshot), as the spec's Parking
+            self.lastfail[Wr] = True
+
+    def WriterClearWritten(self) -> None:
+        self.written[self.w] = 0
+        self._next_step()
+
+    def _payload_complete(self) -> None:
+        self.data[self.w] = self.msg
+        self.sent.append(self.msg)
+        self._next_step()
+
+    def WriterWritePayload(self) -> None:
+        Wr = self.Wr
+        self.parts_done += 1
+        if self.parts is None:
+            self.data[self.w] = -self.msg  # complete when the writer takes its next step
+            return
+        if self.parts_done < self.parts:
+            self.data[self.w] = -self.msg  # first half: torn
+            self.pc[Wr] = "payload_end"
+        else:
+            self._payload_complete()
+
+    def WriterClearReadFlag(self, r: int | None) -> None:
+        if r is not None and r != self.wr:
+            raise Conformance(f"WriterClearReadFlag cleared reader {r}'s flag, the spec clears reader {self.wr}'s next")
+        self.rflag[self.w][self.wr] = 0
+        if self.wr + 1 < self.NR:
+            self.wr += 1
+        else:
+            self.wr = 0
+            self._next_step()
+
+    def WriterSendOverflow(self) -> None:
+        self.Big.add(self.msg)
+        for r in range(self.NR):
+            self.fifo[r].append(self.msg)
+        self._next_step()
+
+    def WriterPublish(self) -> None:
+        self.written[self.w] = 1
+        self._next_step()
+
+    # -- readers ----------------------------------------------------------------------------------
+    def ReaderLoadWritten(self, r: int) -> None:
+        self.seen[r] = self.written[self.i[r]]
+        self.lastfail[r] = False
+        self.pc[r] = "load_r"
+
+    def ReaderLoadReadFlag(self, r: int) -> None:
+        f = self.rflag[self.i[r]][r]
+        rechk, self.rechk[r] = self.rechk[r], False
+        if self.seen[r] == 1 and f == 0:
+            self.pc[r] = "copy"
+            if rechk:  # waiting.py: a successful re-check retires, then the reader copies
+                self.after_retire[r], self.pc[r] = "copy", "park_retire"
+        elif rechk:
+            self.pc[r] = "park_sleep"
+        elif self.SkipReader and self.seen[r] == 1 and f == 1:
+            self.i[r] = (self.i[r] + 1) % self.N  # broken: skip the chunk
+            self.pc[r] = "load_w"
+        else:
+            self.pc[r] = "load_w"
+            self.lastfail[r] = True
+
+    def ReaderCopy(self, r: int) -> int:
+        v = self.data[self.i[r]]
+        self.ncopied[r] += 1
+        if v in self.Big:
+            self.mk[r] = True
+        else:
+            self.recv[r].append(v)
+        self.pc[r] = "ack"
+        return v
+
+    def ReaderAck(self, r: int) -> None:
+        self.rflag[self.i[r]][r] = 1
+        self.i[r] = (self.i[r] + 1) % self.N
+        self.pc[r] = "notify_load" if self.parking else self._after_notify(r)
+
+    def ReaderRecvOverflow(self, r: int, received: bool) -> None:
+        if received:
+            if not self.fifo[r]:
+                raise Conformance(f"reader {r} received an overflow payload the writer never sent")
+            self.recv[r].append(self.fifo[r].pop(0))
+            self.mk[r] = False
+            self.pc[r] = "load_w"
+        else:  # the receive timed out: the payload stays owed (RecvMode "owed")
+            self.mk[r] = False
+            self.pc[r] = "owed" if self.recv_mode == "owed" else "load_w"
+
+    # -- eventcount (waiting.py) ------------------------------------------------------------------
+    def _loop_top(self, p: int) -> str:
+        return "claim" if p == self.Wr else "load_w"
+
+    def _after_notify(self, p: int) -> str:
+        if p == self.Wr:
+            return "done" if self.msg > self.M else "claim"
+        return "recv" if self.mk[p] else "load_w"
+
+    def _wake(self, word: str) -> None:
+        """seq += 1 on eventcount ``word``: every process parked on it sees its word moved."""
+        for q, wq in enumerate(self.word):
+            if wq == word:
+                self.moved[q] = True
+
+    def shutdown(self, p: int) -> None:
+        """MessageQueue.shutdown() in process p: wake_all() on both eventcounts."""
+        self.shutdown_req.add(p)
+        self._wake("R")
+        self._wake("W")
+
+    def ParkSnapshot(self, p: int) -> None:
+        self.word[p] = "W" if p == self.Wr else "R"
+        self.moved[p] = False
+        self.lastfail[p] = False
+        self.pc[p] = "park_announce"
+
+    def ParkAnnounce(self, p: int) -> None:
+        self.waiters[self.word[p]] += 1
+        self.pc[p] = "park_recheck"
+
+    def ParkRecheck(self, p: int) -> None:
+        # the re-check's loads are the ring's own steps (WriterClaim / ReaderLoad*), see rechk
+        self.rechk[p] = True
+        self.pc[p] = self._loop_top(p)
+
+    def ParkSleep(self, p: int) -> None:
+        if not self.moved[p]:
+            raise Conformance(f"{self._name(p)} returned from ParkSleep although its futex word did not move")
+        self.pc[p] = "park_retire"
+
+    def ParkRetire(self, p: int) -> None:
+        self.waiters[self.word[p]] -= 1
+        self.word[p] = None
+        self.moved[p] = False
+        self.pc[p] = self.after_retire[p] or self._loop_top(p)
+        self.after_retire[p] = None
+
+    def NotifyLoadWaiters(self, p: int) -> None:
+        n = self.waiters["R" if p == self.Wr else "W"]
+        self.pc[p] = "notify_wake" if n > 0 else self._after_notify(p)
+
+    def NotifyWake(self, p: int) -> None:
+        self._wake("R" if p == self.Wr else "W")
+        self.pc[p] = self._after_notify(p)
+
+    def sleep_blocks(self, p: int) -> bool:
+        """Does p's ParkSleep block in futex_wait (its word has not moved since its snapshot)?"""
+        return not self.moved[p]
+
+    # -- driving ----------------------------------------------------------------------------------
+    def step(self, p: int, action: str, index: int, extra=None) -> list[tuple[str, int]]:
+        """Apply the spec action ``action`` of process ``p``, which the implementation has just
+        executed on chunk ``index``.  Returns the spec steps taken, implicit ones included, as
+        ``[(action, p, state)]`` (``state``: :meth:`state` right after that spec step).  Raises
+        :class:`Conformance` when the spec does not allow it."""
+        taken = []
+        exp = self.expected(p)
+        if exp == "done":
+            raise Conformance(f"process {self._name(p)} is finished in the spec but executed {action}")
+        if action in PARK_ACTIONS:
+            if p != self.Wr and self.pc[p] == "load_r" and self.seen[p] == 0:
+                self.ReaderLoadReadFlag(p)
+                taken.append(("ReaderLoadReadFlag", p, self.state()))
+            if action not in self.expected(p):
+                raise Conformance(f"{self._name(p)} executed {action}, the spec allows {' or '.join(self.expected(p))} "
+                                  f"(pc {self.pc[p]!r})")
+            if index != self.cursor(p):
+                raise Conformance(f"{self._name(p)} executed {action} at chunk {index}, the spec's cursor is {self.cursor(p)}")
+            if self.pc[p] == "park_sleep" and action == "ParkRetire":
+                self.pc[p] = "park_retire"  # cancelled after a failed re-check: no sleep
+            getattr(self, action)(p)
+            taken.append((action, p, self.state()))
+            return taken
+        if p == self.Wr:
+            pc = self.pc[p]
+            if pc == "payload" and self.parts is None and self.parts_done > 0 and action != "WriterWritePayload":
+                self._payload_complete()
+                taken.append(("WriterWritePayload_end", p, self.state()))
+                pc = self.pc[p]
+            if pc == "send" and action != "WriterSendOverflow":
+                self._next_step()  # an inline message: no overflow send
+                pc = self.pc[p]
+            want = STEP_ACTION[pc]
+            if action != want:
+                raise Conformance(f"writer executed {action}, the spec's writer is at {pc!r} ({want})")
+            if index != self.w:
+                raise Conformance(f"writer executed {action} on chunk {index}, the spec's writer is at chunk {self.w}")
+            if action == "WriterClearReadFlag":
+                self.WriterClearReadFlag(extra)
+            else:
+                getattr(self, action)()
+            taken.append((action, p, self.state()))
+            return taken
+        r = p
+        if self.pc[r] == "load_r" and self.seen[r] == 0 and action != "ReaderLoadReadFlag":
+            self.ReaderLoadReadFlag(r)
+            taken.append(("ReaderLoadReadFlag", r, self.state()))
+        want = STEP_ACTION[self.pc[r]]
+        if action != want:
+            raise Conformance(f"reader {r} executed {action}, the spec's reader is at {self.pc[r]!r} ({want})")
+        if index != self.i[r]:
+            raise Conformance(f"reader {r} executed {action} on chunk {index}, the spec's reader is at chunk {self.i[r]}")
+        if action == "ReaderRecvOverflow":
+            self.ReaderRecvOverflow(r, bool(extra))
+        else:
+            getattr(self, action)(r)
+        taken.append((action, r, self.state()))
+        return taken
+
+    def _name(self, p: int) -> str:
+        return "W" if p == self.Wr else f"R{p}"
+
+    # -- invariants -------------------------------------------------------------------------------
+    def violations(self, cursors: bool = True) -> list[str]:
+        out = []
+        N = self.N
+        for r in range(self.NR):
+            if self.pc[r] == "copy" and self.writer_writing(self.i[r]):
+                out.append(f"NoDataRace: reader {r} is about to copy chunk {self.i[r]} while the writer writes it")
+        for c in range(N):
+            if self.data[c] != 0:
+                for r in range(self.NR):
+                    if r in self.cancelled:
+                        continue
+                    if self.ncopied[r] < abs(self.data[c]) - N:
+                        out.append(
+                            f"NoOverwrite: chunk {c} holds message {abs(self.data[c])} but reader {r} has copied only "
+                            f"{self.ncopied[r]} messages (message {self.ncopied[r] + 1} was overwritten unread)"
+                        )
+        for r in range(self.NR):
+            got = self.recv[r]
+            if got != self.sent[: len(got)]:
+                out.append(f"InOrder: reader {r} delivered {got}, the writer wrote {self.sent}")
+        if cursors:
+            if self.pc[self.Wr] != "done" and self.w != (self.msg - 1) % N:
+                out.append(f"Cursors: the writer is at chunk {self.w} but message {self.msg} belongs in chunk {(self.msg - 1) % N}")
+            for r in range(self.NR):
+                if r in self.cancelled:
+                    continue
+                n = self.ncopied[r] - (1 if self.pc[r] == "ack" else 0)
+                if self.i[r] != n % N:
+                    out.append(f"Cursors: reader {r} is at chunk {self.i[r]} but its next message (#{n + 1}) is in chunk {n % N}")
+        return out

@@ -1,0 +1,235 @@
+"""Ring-level runs on real processes, serialised by one global lock taken in the step hook, and
+recorded as traces that TLC checks against spec/Ring.tla (``ringcast stress --record-trace``).
+
+A free-running multi-process run cannot be linearised from the outside; this one linearises
+itself. A writer and ``NR`` readers (spawned processes) run the real ``RingWriter`` /
+``RingReader`` on a real segment. Each process's step hook (``ringcast.ring.set_step_hook``) takes
+a global ``multiprocessing.Lock`` *before* the shared-memory access it announces and keeps it
+until its next hook call (or the end of its program): so exactly one access runs at a time, and
+the process that executed it reads the segment back (flags of every chunk, decoded payloads)
+while still holding the lock, i.e. the state right after its step, and numbers the record from a
+shared counter. The OS scheduler picks the interleaving (the hook also yields at random). After a
+failed look (chunk not claimable / not ready) a process waits outside the lock until some other
+process has taken a step, so spinning adds at most one failed look per step of the others.
+
+The parent replays the records, in counter order, through :class:`ringcast.trace.model.RingModel`
+(as tests/stateful's harness does after every step): every action must be the one the spec's
+``pc`` allows on the chunk its cursor names, the segment's flags and payloads must equal the
+spec's, copies must return the spec's data, and NoDataRace, NoOverwrite, InOrder and Cursors must
+hold; every reader must deliver 1..M. The result is a trace in the form
+:func:`ringcast.trace.tracecheck.validate` takes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+import traceback
+from multiprocessing.connection import wait as _wait
+
+from .model import Conformance, RingModel, Violation
+from .payload import PAYLOAD_OVERHEAD, decode, encode
+
+CTX = mp.get_context("spawn")
+
+
+class RecordError(RuntimeError):
+    """A serialised run failed (a process raised, a check failed, or it did not finish in time)."""
+
+
+class _Stepper:
+    """The step hook of one process: one step per lock hold, recorded with the state after it."""
+
+    def __init__(self, ring, p: int, lock, counter, conn, seed: int, deadline: float) -> None:
+        self.ring, self.p, self.lock, self.counter, self.conn = ring, p, lock, counter, conn
+        self.rng = random.Random(seed)
+        self.deadline = deadline
+        self.held = None  # (action, index, extra) executing under the lock
+        self.copied = None  # the value the current ReaderCopy step decoded
+        self.last = -1  # counter value of our last record
+
+    def hook(self, action: str, side, index: int) -> None:
+        extra = sys._getframe(1).f_locals.get("r") if action == "WriterClearReadFlag" else None
+        self.finish()
+        if self.rng.random() < 0.5:
+            os.sched_yield()
+        self.lock.acquire()
+        self.held = (action, index, extra)
+
+    def finish(self) -> None:
+        """Record the step we hold the lock for (the segment now shows its effect) and release."""
+        if self.held is None:
+            return
+        action, index, extra = self.held
+        ring = self.ring
+        flags = [bytes(ring.flags(c)) for c in range(ring.max_chunks)]
+        data = []
+        for c in range(ring.max_chunks):
+            with ring.get_data(c) as view:
+                data.append(decode(view))
+        seq = self.counter.value
+        self.counter.value = seq + 1
+        self.last = seq
+        self.conn.send(("step", seq, self.p, action, index, extra, flags, data, self.copied))
+        self.copied = None
+        self.held = None
+        self.lock.release()
+
+    def idle(self) -> None:
+        """After a failed look: release, then wait until another process has taken a step."""
+        self.finish()
+        while self.counter.value == self.last + 1:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"process {self.p}: nobody else took a step")
+            os.sched_yield()
+
+
+def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, conn, seed: int, timeout: float) -> None:
+    from ringcast.ring import RingReader, RingWriter, ShmRingBuffer, set_step_hook
+
+    ring = ShmRingBuffer(*handle)
+    st = _Stepper(ring, p, lock, counter, conn, seed, time.monotonic() + timeout)
+    rd = None
+    try:
+        conn.send(("attached",))
+        if conn.recv()[0] != "go":
+            return
+        set_step_hook(st.hook)
+        if p == NR:
+            w = RingWriter(ring)
+            for m, size in enumerate(sizes, start=1):
+                while not w._writer_claim():
+                    st.idle()
+                w.begin()
+                head, rest = encode(m, size)
+                w._writer_write_payload((head,))  # two steps, as the spec's TwoStepPayload
+                w._writer_write_payload((head, rest))
+                w.finish()
+        else:
+            rd = RingReader(ring, p)
+            for _ in range(len(sizes)):
+                while not rd.ready():
+                    st.idle()
+                with rd._reader_copy() as view:
+                    st.copied = decode(view)
+                rd._reader_ack()
+        st.finish()
+        conn.send(("done",))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        if st.held is not None:
+            st.held = None
+            lock.release()
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        set_step_hook(None)
+        if rd is not None:
+            rd.release()
+        ring.close()
+        conn.close()
+
+
+def _replay(records: list, N: int, NR: int, M: int, label: str) -> dict:
+    model = RingModel(N, NR, M, payload_parts=2)
+    steps = []
+    names = {NR: "W", **{r: f"R{r}" for r in range(NR)}}
+    schedule: list[str] = []
+    for (_seq, p, action, index, extra, flags, data, copied) in records:
+        schedule.append(f"{names[p]}:{action}@{index}")
+        try:
+            want = model.expected(p)
+            if action not in want and not (action == "ReaderLoadWritten" and model.pc[p] == "load_r"):
+                raise Conformance(f"{names[p]} executed {action}, the spec allows {' or '.join(want)}")
+            if index != model.cursor(p):
+                raise Conformance(f"{names[p]} executed {action} at chunk {index}, the spec's cursor is {model.cursor(p)}")
+            expect_copy = model.data[model.i[p]] if action == "ReaderCopy" else None
+            taken = model.step(p, action, index, extra)
+            if action == "ReaderCopy" and copied != expect_copy:
+                raise Conformance(f"{names[p]} copied payload value {copied}, the spec's chunk holds {expect_copy}")
+            for c in range(N):
+                if flags[c] != model.flags(c):
+                    raise Conformance(f"chunk {c} flags are {flags[c].hex()}, the spec's are {model.flags(c).hex()}")
+            if data != model.data:
+                raise Conformance(f"payloads read as {data}, the spec's data is {model.data}")
+            bad = model.violations(True)
+            if bad:
+                raise Violation("; ".join(bad))
+        except (Conformance, Violation) as e:
+            raise RecordError(f"{label}: {type(e).__name__}: {e}\nschedule: {', '.join(schedule[-30:])}") from None
+        steps.extend(taken)
+    for r in range(NR):
+        if model.recv[r] != list(range(1, M + 1)):
+            raise RecordError(f"{label}: reader {r} delivered {model.recv[r]}, expected 1..{M}")
+    return {"N": N, "NR": NR, "M": M, "writer": "correct", "reader": "correct", "steps": steps, "label": label}
+
+
+def record_run(*, N: int = 2, NR: int = 2, sizes: list[int], seed: int = 0, timeout: float = 60.0) -> dict:
+    """One serialised run (message m has body size ``sizes[m-1]``); returns its checked trace."""
+    from ringcast.ring import ShmRingBuffer
+
+    M = len(sizes)
+    ring = ShmRingBuffer(NR, max([0, *sizes]) + PAYLOAD_OVERHEAD, N)
+    lock = CTX.Lock()
+    counter = CTX.Value("q", 0, lock=False)  # written only under `lock`
+    procs, conns = [], []
+    records: list = []
+    label = f"serialised run seed={seed} N={N} NR={NR} sizes={sizes}"
+    try:
+        for p in range(NR + 1):
+            parent, child = CTX.Pipe()
+            proc = CTX.Process(target=_child, args=(ring.handle(), p, NR, sizes, lock, counter, child, seed * 1009 + p, timeout),
+                               daemon=True, name=f"ringcast-trace-{p}")
+            proc.start()
+            child.close()
+            procs.append(proc)
+            conns.append(parent)
+        deadline = time.monotonic() + timeout
+        for c in conns:
+            if not c.poll(max(0.0, deadline - time.monotonic())):
+                raise RecordError(f"{label}: a process did not attach within {timeout}s")
+            msg = c.recv()
+            if msg[0] != "attached":
+                raise RecordError(f"{label}: {msg[1] if len(msg) > 1 else msg}")
+        ring.unlink()  # everyone has attached: nothing can leak
+        for c in conns:
+            c.send(("go",))
+        live = list(conns)
+        while live:
+            left = deadline - time.monotonic()
+            ready = _wait(live, timeout=max(0.0, left))
+            if not ready:
+                raise RecordError(f"{label}: not finished within {timeout}s ({len(records)} steps recorded)")
+            for c in ready:
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    raise RecordError(f"{label}: a process died") from None
+                if msg[0] == "step":
+                    records.append(msg[1:])
+                elif msg[0] == "done":
+                    live.remove(c)
+                else:
+                    raise RecordError(f"{label}: process {conns.index(c)} raised:\n{msg[1]}")
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+        for c in conns:
+            c.close()
+        ring.unlink()
+        ring.close()
+    records.sort(key=lambda rec: rec[0])
+    if [rec[0] for rec in records] != list(range(len(records))):
+        raise RecordError(f"{label}: step records are not a single sequence")
+    return _replay(records, N, NR, M, label)
+
+
+def record_runs(n_runs: int, *, seed: int = 0, N: int = 2, NR: int = 2, M: int = 4, max_size: int = 16,
+                timeout: float = 60.0) -> list[dict]:
+    """``n_runs`` serialised runs with random payload sizes; their checked traces."""
+    rng = random.Random(seed)
+    return [record_run(N=N, NR=NR, sizes=[rng.randint(0, max_size) for _ in range(M)], seed=seed + k, timeout=timeout)
+            for k in range(n_runs)]

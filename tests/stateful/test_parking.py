@@ -1,0 +1,121 @@
+"""The parking protocol (waiting.py) stepped at its own step points: ParkSnapshot, ParkAnnounce,
+ParkRecheck, ParkSleep, ParkRetire, NotifyLoadWaiters, NotifyWake.
+
+Each side waits with ``spin=0`` (it parks after two looks) and ``recheck=3600`` s (so only a
+notification or shutdown() can end a sleep: no real-time cap takes part).  ParkSleep really
+blocks in futex_wait; the model says when it blocks and the harness then expects no report until
+something moves the futex word.  After every step the segment's waiter counts and futex words are
+checked against the model (pool.QueueRun._check_park_words)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
+
+from ringcast.atomics import HAVE_FUTEX
+
+from .machine import budget, queue_machine
+from .pool import QueueRun
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
+
+PARK = dict(spin=0, recheck=3600.0, tight_looks=0)
+
+
+def _run(pool, **kw) -> QueueRun:
+    kw.setdefault("n_remote", 0)
+    kw.setdefault("max_chunk_bytes", 64)
+    return QueueRun(pool, **PARK, **kw)
+
+
+def _step_until(run: QueueRun, pr, action: str, limit: int = 50) -> None:
+    """Step ``pr`` alone until it is about to execute ``action``."""
+    for _ in range(limit):
+        assert pr.pending is not None, f"{pr.name} finished before {action}: {run.schedule}"
+        if pr.pending[0] == action:
+            return
+        run.step(pr)
+    raise AssertionError(f"{pr.name} did not reach {action} in {limit} steps: {run.schedule}")
+
+
+def _park_reader(run: QueueRun, pr) -> None:
+    """Reader ``pr`` (nothing published yet) goes through the whole park and falls asleep."""
+    for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
+        _step_until(run, pr, action)
+        run.step(pr)
+    _step_until(run, pr, "ParkSleep", limit=3)  # the re-check's loads: still nothing published
+    assert run.model.sleep_blocks(pr.p)
+    run.step(pr)
+    assert pr.sleeping and pr not in run.runnable()
+    assert run.model.waiters["R"] == 1  # and the segment's READER_WAITERS (checked after every step)
+
+
+def test_shutdown_while_parked(pool):
+    """A reader asleep in futex_wait; shutdown() from another thread of its process bumps the futex
+    word and wakes it: it retires, looks once more, and raises Cancelled."""
+    run = _run(pool, n_local=1, objs=["a"], max_chunks=1)
+    try:
+        r0 = run.procs[0]
+        _park_reader(run, r0)
+        run.shutdown_from_thread(r0)
+        assert not r0.sleeping and r0.pending[0] == "ParkRetire"
+        run.step(r0)
+        assert run.model.waiters["R"] == 0
+        while r0.pending is not None:
+            assert r0.pending[0] in ("ReaderLoadWritten", "ReaderLoadReadFlag"), run.schedule
+            run.step(r0)
+        assert r0.p in run.cancelled, run.schedule  # it raised Cancelled
+        run.drain()  # the writer still publishes its message; nobody is left asleep
+        run.check_complete()
+        assert any("shutdown() on another thread" in s for s in run.schedule)
+    finally:
+        run.close()
+
+
+def test_notify_wakes_parked_reader(pool):
+    """Reader asleep; the writer publishes, NotifyLoadWaiters sees one waiter, NotifyWake bumps the
+    word and wakes it; the reader retires, looks again and delivers the message."""
+    run = _run(pool, n_local=1, objs=["a", "b"], max_chunks=2)
+    try:
+        r0, w = run.procs[0], run.writer
+        _park_reader(run, r0)
+        _step_until(run, w, "NotifyLoadWaiters", limit=20)
+        run.step(w)
+        assert w.pending[0] == "NotifyWake" and r0.sleeping  # it saw the waiter; the sleeper still sleeps
+        run.step(w)
+        assert not r0.sleeping and r0.pending[0] == "ParkRetire", run.schedule
+        assert run.schedule[-1] == "R0:ParkSleep@0 (woken)"
+        run.drain()
+        run.check_complete()
+        assert run.got[0] == ["a", "b"]
+    finally:
+        run.close()
+
+
+def test_notify_wakes_parked_writer(pool):
+    """The other eventcount: the writer parks on a full ring (one chunk, unread); the reader's ack is
+    followed by NotifyLoadWaiters / NotifyWake on read_seq, which wakes the writer."""
+    run = _run(pool, n_local=1, objs=[1, 2], max_chunks=1)
+    try:
+        r0, w = run.procs[0], run.writer
+        for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
+            _step_until(run, w, action, limit=30)
+            run.step(w)
+        _step_until(run, w, "ParkSleep", limit=2)
+        run.step(w)
+        assert w.sleeping and run.model.waiters["W"] == 1
+        _step_until(run, r0, "NotifyWake", limit=20)
+        run.step(r0)
+        assert not w.sleeping and w.pending[0] == "ParkRetire", run.schedule
+        run.drain()
+        run.check_complete()
+    finally:
+        run.close()
+
+
+def test_parking_stateful(pool):
+    """Random interleavings with every side parking (no timeouts: a timed sleep's cap is real time):
+    sleeps, wake-ups, re-checks that find the ring ready, shutdown() right before a step."""
+    m = queue_machine(pool, n_remote=st.just(0), timeouts=False, waiting=PARK)
+    run_state_machine_as_test(m, settings=budget(20, 50))
