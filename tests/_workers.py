@@ -153,3 +153,53 @@ def low_fd_limit_create(extra_fds):
         return type(e).__name__, str(e)
     mq.close()
     return None, None
+
+
+def shutdown_then_close_races(rounds):
+    """Another thread parks in dequeue(); this one calls shutdown() and then close(). A step hook
+    holds the woken waiter just before ParkRetire (its next touch of the mapping) until close()
+    has started, plus a moment: if close() unmapped without waiting for it, ParkRetire's atomic
+    add would hit an unmapped page and the process would die with SIGSEGV. Returns how many
+    rounds ended with the waiter raising Cancelled."""
+    import threading
+
+    from ringcast import Cancelled
+    from ringcast.ring import set_step_hook
+
+    closing = threading.Event()
+
+    def hook(action, side, index):
+        if action == "ParkRetire" and threading.current_thread().name == "waiter":
+            closing.wait(10)
+            time.sleep(0.2)  # fault injection: widen the window in which close() runs
+
+    cancelled = 0
+    for _ in range(rounds):
+        closing.clear()
+        w = MessageQueue(1, 1, max_chunk_bytes=64, max_chunks=1)
+        r = MessageQueue.create_from_handle(w.export_handle(), 0, spin=0.0, recheck_interval=30.0)
+        t = threading.Thread(target=r.wait_until_ready, args=(10,))
+        t.start()
+        w.wait_until_ready(10)
+        t.join()
+        box = []
+
+        def body():
+            try:
+                r.dequeue()
+            except Cancelled:
+                box.append("cancelled")
+
+        th = threading.Thread(target=body, name="waiter")
+        set_step_hook(hook)
+        th.start()
+        while r.statistics().parks == 0 and th.is_alive():
+            time.sleep(0.0005)
+        r.shutdown()
+        closing.set()
+        r.close()
+        th.join(10)
+        set_step_hook(None)
+        cancelled += box == ["cancelled"]
+        w.close()
+    return cancelled

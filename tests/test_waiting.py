@@ -230,3 +230,26 @@ def test_reader_long_wait_names_role_rank_pid_slot_and_flags(caplog):
     finally:
         r.close()
         w.close()
+
+
+@pytest.mark.timeout(120)
+def test_close_right_after_shutdown_does_not_pull_the_mapping_from_under_a_waiter():
+    """close() waits for the operation that shutdown() woke before it unmaps (a parked waiter
+    touches its futex word again after waking). Run in a child: without the wait the child dies
+    with SIGSEGV (checked by hand, exit code -11)."""
+    with Children(timeout=100) as ch:
+        ch.start("c", _workers.shutdown_then_close_races, 5)
+        assert ch.wait()["c"] == 5
+
+
+def test_close_from_another_thread_while_parked_waits_for_the_waiter():
+    g = Group(n_reader=1, spin=0.0, recheck_interval=30.0)
+    try:
+        r = g.rs[0]
+        t, box = _run_thread(lambda: r.dequeue())
+        _wait_until(lambda: r.statistics().parks >= 1, what="reader parked")
+        r.close()  # without shutdown(): close() wakes it itself, then waits for it to leave
+        t.join(5)
+        assert isinstance(box.get("error"), Cancelled) and r._busy == 0
+    finally:
+        g.close()

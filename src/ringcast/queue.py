@@ -66,6 +66,7 @@ _OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
 _U64 = struct.Struct("<Q")
 _READY = b"READY"
 _POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
+_CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 
 
 @dataclass
@@ -216,6 +217,7 @@ class MessageQueue:
     remote_socket = None
     _ipc_path: str | None = None
     _closed = False
+    _busy = 0  # operations in progress (enqueue, dequeue, acquire_*, wait_until_ready)
     _auth = None
     _is_writer = False
     _is_local_reader = False
@@ -460,6 +462,10 @@ class MessageQueue:
         delivers each subscription), then sends READY; each reader waits for READY. After it,
         the writer unlinks the segment's name: every local reader has attached, so the segment
         now lives exactly as long as some process maps it and cannot leak."""
+        with self._in_use():
+            self._wait_until_ready(timeout)
+
+    def _wait_until_ready(self, timeout: float | None) -> None:
         timeout = check_timeout(timeout)
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -601,6 +607,13 @@ class MessageQueue:
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
         chunks unread by some local reader), at most ``timeout`` seconds."""
+        self._busy += 1
+        try:
+            self._enqueue(obj, timeout)
+        finally:
+            self._busy -= 1
+
+    def _enqueue(self, obj, timeout: float | None) -> None:
         if self._closed or not self._is_writer:
             self._check_writer("enqueue")
         if timeout is not None:
@@ -640,6 +653,10 @@ class MessageQueue:
     def acquire_write(self, timeout: float | None = None):
         """Claim the next chunk and yield its ``max_chunk_bytes`` memoryview; publish on normal
         exit. If the block raises, nothing is published (the chunk stays writable)."""
+        with self._in_use():
+            yield from self._acquire_write(timeout)
+
+    def _acquire_write(self, timeout: float | None):
         self._check_writer("acquire_write")
         if self.buffer is None:
             raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
@@ -701,6 +718,13 @@ class MessageQueue:
 
     def dequeue(self, timeout: float | None = None):
         """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds."""
+        self._busy += 1
+        try:
+            return self._dequeue(timeout)
+        finally:
+            self._busy -= 1
+
+    def _dequeue(self, timeout: float | None):
         if self._closed or self._is_writer:
             self._check_reader("dequeue")
         if timeout is None:
@@ -766,6 +790,10 @@ class MessageQueue:
     def acquire_read(self, timeout: float | None = None):
         """Wait for the next chunk and yield its memoryview; mark it read on exit, also when the
         block raises. Local readers only."""
+        with self._in_use():
+            yield from self._acquire_read(timeout)
+
+    def _acquire_read(self, timeout: float | None):
         self._check_reader("acquire_read")
         if not self._is_local_reader:
             raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
@@ -805,6 +833,15 @@ class MessageQueue:
             evictions=self._evictions,
         )
 
+    @contextmanager
+    def _in_use(self):
+        """Count an operation in progress: close() does not unmap or close sockets under it."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
     def shutdown(self) -> None:
         """Make every current and future wait of this queue object raise :class:`Cancelled`.
         Safe to call from another thread; ``close()`` afterwards releases everything."""
@@ -814,10 +851,27 @@ class MessageQueue:
                 ec.wake_all()
 
     def close(self) -> None:
-        """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent."""
+        """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent.
+
+        Called from another thread while an operation is in progress (after ``shutdown()``, the
+        supported way), it first wakes that operation and waits up to ``_CLOSE_GRACE`` seconds
+        for it to leave: unmapping under a parked waiter would crash the process (its futex
+        word would vanish), and ZeroMQ sockets must not be closed under another thread."""
         if self._closed:
             return
         self._closed = True
+        if self._busy:
+            self.shutdown()
+            deadline = time.monotonic() + _CLOSE_GRACE
+            while self._busy and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if self._busy:
+                logger.warning(
+                    "ringcast %s: close() gave up waiting for an operation in another thread after %.0fs; the "
+                    "mapping and sockets stay open until the process exits (call shutdown() and let it return first)",
+                    self._role(), _CLOSE_GRACE,
+                )
+                return
         self._cancelled[0] = True
         for name in ("local_socket", "remote_socket"):
             s = getattr(self, name, None)
