@@ -43,6 +43,21 @@ def pick(run, k: int):
     return readers[(k - 1) % len(readers)]
 
 
+def finish_run(run, failed: bool, on_complete=None) -> None:
+    """Teardown of a machine's run: unless a step already failed, drain it fairly and require
+    every message delivered (bounded liveness), then hand it to ``on_complete``; always close."""
+    if run is None:
+        return
+    try:
+        if not failed:
+            run.drain()
+            run.check_complete()
+            if on_complete is not None:
+                on_complete(run)
+    finally:
+        run.close()
+
+
 def ring_machine(
     pool: Pool,
     *,
@@ -96,16 +111,7 @@ def ring_machine(
 
         def teardown(self):
             run, self.run = self.run, None
-            if run is None:
-                return
-            try:
-                if not self.failed:
-                    run.drain()
-                    run.check_complete()
-                    if record is not None:
-                        record.append(trace_of(run))
-            finally:
-                run.close()
+            finish_run(run, self.failed, None if record is None else (lambda r: record.append(trace_of(r))))
 
     RingMachine.__name__ = f"RingMachine_{writer}_{reader}"
     return RingMachine
@@ -190,13 +196,6 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
 
         def teardown(self):
             run, self.run = self.run, None
-            if run is None:
-                return
-            try:
-                if not self.failed:
-                    run.drain()
-                    run.check_complete()
-            finally:
-                run.close()
+            finish_run(run, self.failed)
 
     return QueueMachine
