@@ -261,19 +261,25 @@ def test_two_chunks_three_readers_ten_thousand_messages():
         assert rstats.messages == n and rstats.overflows == stats.overflows
 
 
+def broadcast_to_children(w, handle, ranks, msgs) -> dict:
+    """Spawn one reader process per rank (pickling the handle into it), finish the handshake,
+    enqueue `msgs`, and return each child's (received messages, statistics)."""
+    with Children(timeout=100) as ch:
+        for rank in ranks:
+            ch.start(rank, _workers.reader_collect, handle, rank, len(msgs))
+        w.wait_until_ready(timeout=60)
+        for m in msgs:
+            w.enqueue(m, timeout=30)
+        return ch.wait()
+
+
 @pytest.mark.timeout(120)
 def test_writer_at_nonzero_rank_and_pickled_handle():
     """Ranks 0, 2, 3 read; the writer is rank 1 (as in a TP group where the driver is not 0)."""
     msgs = [("m", k, b"z" * (k * 37 % 700)) for k in range(200)]
     w = MessageQueue(3, 3, local_reader_ranks=[0, 2, 3], max_chunk_bytes=300, max_chunks=3)
     try:
-        with Children(timeout=100) as ch:
-            for rank in (0, 2, 3):
-                ch.start(rank, _workers.reader_collect, w.export_handle(), rank, len(msgs))
-            w.wait_until_ready(timeout=60)
-            for m in msgs:
-                w.enqueue(m, timeout=30)
-            res = ch.wait()
+        res = broadcast_to_children(w, w.export_handle(), (0, 2, 3), msgs)
     finally:
         w.close()
     for rank in (0, 2, 3):
@@ -306,13 +312,7 @@ def test_remote_readers_over_loopback(n_local, ip):
     try:
         h = w.export_handle()
         assert h.remote_subscribe_addr.startswith("tcp://[::1]:" if ":" in ip else f"tcp://{ip}:")
-        with Children(timeout=100) as ch:
-            for rank in range(n_reader):  # ranks >= n_local are remote
-                ch.start(rank, _workers.reader_collect, h, rank, len(msgs))
-            w.wait_until_ready(timeout=60)
-            for m in msgs:
-                w.enqueue(m, timeout=30)
-            res = ch.wait()
+        res = broadcast_to_children(w, h, range(n_reader), msgs)  # ranks >= n_local are remote
     finally:
         w.close()
     for rank in range(n_reader):
