@@ -1,0 +1,247 @@
+"""Pickling into parts: protocol 5 without the intermediate copy of ``pickle.dumps``.
+
+``pickle.dumps`` builds its output by growing one fresh buffer: a dict holding 1 MiB of ``bytes``
+costs a full copy plus the page faults of a new 1 MiB allocation (~400 us per MiB measured here,
+docs/performance.md) before anything reaches shared memory. ``pickle.Pickler(file).dump`` instead
+hands every payload of at least 64 KiB (CPython's ``FRAME_SIZE_TARGET``) to ``file.write`` *as the
+object itself*, and everything else in frames of about 64 KiB. :class:`PartsPickler` collects
+those writes in a list, so the caller gets the pickle as a list of parts, learns the total size
+*before* it claims a chunk (inline or overflow), and then copies each part exactly once, straight
+into the chunk or into the socket's frames.
+
+Contract of :meth:`PartsPickler.dump` (and :func:`dump_parts`): ``dump(obj)`` returns
+``(parts, main_len, buffers, total)``:
+
+* ``parts``: the pickle stream, in order; ``b"".join(parts)`` is byte for byte what
+  ``pickle.dumps(obj, protocol=5, buffer_callback=...)`` returns today (the queue's wire format
+  is unchanged; the main pickle is a valid pickle that ``pickle.loads`` reads, given
+  ``buffers``). Runs of small writes are coalesced, so parts are few: one part for small objects,
+  and for large ones about two per large payload. Every part supports ``len()`` == its byte
+  count (``bytes``, ``bytearray`` or a 1-D unsigned-byte ``memoryview``).
+* ``main_len``: ``sum(len(p) for p in parts)``.
+* ``buffers``: the out-of-band buffers (protocol 5 ``PickleBuffer`` s: contiguous numpy arrays,
+  ``pickle.PickleBuffer`` objects, CPU tensors when ``tensors=True``), each a contiguous 1-D
+  unsigned-byte ``memoryview`` (or ``bytes`` where the source was not contiguous, a private
+  copy); empty with ``oob=False``, in which case they are pickled in-band, into ``parts``.
+* ``total``: ``main_len + sum(b.nbytes for b in buffers)``, exact.
+
+Aliasing (what the caller must respect): parts of type ``bytes`` are immutable, either private
+to this call or the caller's own ``bytes`` objects; they stay valid forever. Every other part and
+every buffer may share memory with a *mutable* object of the caller (a ``bytearray`` of 64 KiB or
+more, the memory of a numpy array or tensor, a ``PickleBuffer`` of a writable buffer). They are
+valid only until the caller's object changes, so they must be consumed (copied into shared
+memory, or sent by zmq with ``copy=True``) before control returns to the code that owns the
+object -- i.e. before ``enqueue`` returns. That keeps the queue's guarantee "the caller may mutate
+its object as soon as enqueue returns". A caller that keeps parts longer (zmq ``copy=False``,
+deferred sends) calls :func:`owned` first, which copies exactly the parts that may alias.
+
+:func:`loads_parts` is the reading side: one contiguous buffer or a list of parts, plus the
+out-of-band buffers. :func:`rebuild_tensor` is what ``tensors=True`` pickles refer to; an
+allow-list unpickler must allow ``ringcast.pickling.rebuild_tensor`` for them.
+
+No import of torch or numpy here: tensors are handled only when ``torch`` is already imported
+in the process (an object cannot hold a tensor otherwise).
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import sys
+import threading
+
+from .errors import PayloadError
+
+__all__ = ["PartsPickler", "dump_parts", "loads_parts", "owned", "rebuild_tensor", "BY_REFERENCE_MIN", "COALESCE_BELOW"]
+
+#: CPython's pickler passes payloads (bytes, bytearray, in-band PickleBuffer) of at least this
+#: many bytes to ``file.write`` by reference (``FRAME_SIZE_TARGET`` in Modules/_pickle.c).
+BY_REFERENCE_MIN = 64 * 1024
+
+#: Consecutive parts shorter than this are joined into one (a copy of a few small parts is cheaper
+#: than one more slice assignment into the chunk). CPython's pickler already writes in frames of
+#: ~64 KiB, so this only ever merges the short frame tails written before a large payload.
+COALESCE_BELOW = 4 * 1024
+
+
+class _Sink:
+    """The file object the pickler writes to: its ``write`` is a bound ``list.append``."""
+
+    __slots__ = ("write",)
+
+
+def _byte_view(b) -> object:
+    """``b`` as something whose ``len()`` is its byte count (bytes/bytearray kept as they are)."""
+    if type(b) is bytes or type(b) is bytearray:
+        return b
+    m = memoryview(b)  # a PickleBuffer handed to write() (in-band, oob=False), or a memoryview
+    if m.ndim != 1 or m.format != "B":
+        m = m.cast("B")
+    return m
+
+
+def _coalesce(parts: list) -> list:
+    """Join runs of consecutive short parts; keep long ones (by reference) as they are."""
+    out: list = []
+    run: list = []
+    for p in parts:
+        p = _byte_view(p)
+        if len(p) < COALESCE_BELOW:
+            run.append(p)
+            continue
+        if run:
+            out.append(run[0] if len(run) == 1 and type(run[0]) is bytes else b"".join(run))
+            run = []
+        out.append(p)
+    if run:
+        out.append(run[0] if len(run) == 1 and type(run[0]) is bytes else b"".join(run))
+    return out
+
+
+def _raw(pb) -> object:
+    try:
+        return pb.raw()
+    except BufferError:  # non-contiguous: a private contiguous copy (as the queue did before)
+        return bytes(memoryview(pb))
+
+
+def _reduce_tensor(t):
+    """CPU, strided, no grad: the bytes go out of band (a PickleBuffer of the tensor's memory)."""
+    torch = sys.modules["torch"]
+    if t.device.type == "cpu" and t.layout == torch.strided and not t.requires_grad and type(t) is torch.Tensor:
+        try:
+            raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        except (RuntimeError, TypeError):  # conj/neg bit and other views that cannot alias
+            pass
+        else:
+            return rebuild_tensor, (pickle.PickleBuffer(raw), tuple(t.shape), str(t.dtype).removeprefix("torch."))
+    return t.__reduce_ex__(5)
+
+
+def rebuild_tensor(buf, shape: tuple, dtype: str):
+    """Rebuild a tensor pickled with ``tensors=True``; it shares ``buf``'s memory when writable."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    m = memoryview(buf)
+    if m.nbytes == 0:
+        return torch.empty(shape, dtype=dt)
+    if m.readonly:  # torch.frombuffer warns on read-only memory: take a private copy
+        buf = bytearray(m)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(dt).reshape(shape)
+
+
+class PartsPickler:
+    """A reusable protocol-5 pickler that returns the pickle as parts (see the module doc).
+
+    ``oob``: collect out-of-band buffers (the queue's format ``2``); False pickles them in-band.
+    ``tensors``: pickle CPU tensors out of band (:func:`rebuild_tensor`) instead of torch's default
+    reduction (a ``torch.save`` copy); changes the bytes of pickles holding tensors.
+
+    One instance reuses one ``pickle.Pickler`` (about 0.8 us less per call than a fresh one);
+    calls from other threads, or from inside a ``__reduce__`` running under ``dump``, get a fresh
+    pickler, so an instance is safe to share.
+    """
+
+    __slots__ = ("oob", "tensors", "_lock", "_parts", "_bufs", "_pickler")
+
+    def __init__(self, *, oob: bool = True, tensors: bool = False) -> None:
+        self.oob = oob
+        self.tensors = tensors
+        self._lock = threading.Lock()
+        self._parts, self._bufs, self._pickler = self._new()
+
+    def _new(self) -> tuple[list, list, pickle.Pickler]:
+        parts: list = []
+        bufs: list = []
+        sink = _Sink()
+        sink.write = parts.append
+        p = pickle.Pickler(sink, 5, buffer_callback=bufs.append if self.oob else None)
+        return parts, bufs, p
+
+    def dump(self, obj) -> tuple[list, int, list, int]:
+        """``(parts, main_len, buffers, total)`` for ``obj``; raises :class:`PayloadError`."""
+        if self.tensors or not self._lock.acquire(False):  # (another thread, or re-entered)
+            return self._dump_locked(obj)
+        parts, bufs, pickler = self._parts, self._bufs, self._pickler
+        try:
+            pickler.dump(obj)
+            if len(parts) == 1 and not bufs:  # the common small case
+                out = parts[0]
+                if type(out) is bytes:
+                    return [out], len(out), [], len(out)
+            return self._finish(parts, bufs)
+        except Exception as e:
+            raise self._error(obj, e) from e
+        finally:
+            pickler.clear_memo()  # drop the references to obj's parts
+            parts.clear()
+            bufs.clear()
+            self._lock.release()
+
+    def _dump_locked(self, obj) -> tuple[list, int, list, int]:
+        lock = self._lock
+        if not lock.acquire(False):
+            return self._dump(obj, *self._new())
+        try:
+            return self._dump(obj, self._parts, self._bufs, self._pickler)
+        finally:
+            lock.release()
+
+    @staticmethod
+    def _error(obj, e: Exception) -> PayloadError:
+        return PayloadError(
+            f"cannot pickle {type(obj).__name__} for the queue: {e}; nothing was written. Send picklable "
+            "objects (plain data, dataclasses), or convert this one first"
+        )
+
+    @staticmethod
+    def _finish(parts: list, bufs: list) -> tuple[list, int, list, int]:
+        res = _coalesce(parts)
+        main_len = sum(len(p) for p in res)
+        if not bufs:
+            return res, main_len, [], main_len
+        raws = [_raw(b) for b in bufs]
+        return res, main_len, raws, main_len + sum(r.nbytes if type(r) is memoryview else len(r) for r in raws)
+
+    def _dump(self, obj, parts: list, bufs: list, pickler: pickle.Pickler) -> tuple[list, int, list, int]:
+        """The general path (tensors, or a fresh pickler); the caller holds the pickler alone."""
+        try:
+            if self.tensors and "torch" in sys.modules:
+                table = dict(copyreg.dispatch_table)  # per call: later registrations count
+                table[sys.modules["torch"].Tensor] = _reduce_tensor
+                pickler.dispatch_table = table
+            pickler.dump(obj)
+            return self._finish(parts, bufs)
+        except Exception as e:
+            raise self._error(obj, e) from e
+        finally:
+            pickler.clear_memo()
+            pickler.dispatch_table = copyreg.dispatch_table
+            parts.clear()
+            bufs.clear()
+
+
+_default = PartsPickler()
+
+
+def dump_parts(obj) -> tuple[list, int, list, int]:
+    """``PartsPickler().dump(obj)`` with a shared default instance (``oob=True``, no tensors)."""
+    return _default.dump(obj)
+
+
+def owned(parts: list) -> list:
+    """``parts`` with every part that may alias a mutable object copied (``bytes`` kept as is)."""
+    return [p if type(p) is bytes else bytes(p) for p in parts]
+
+
+def loads_parts(data, buffers=(), *, make_unpickler=None):
+    """Unpickle ``data`` (one bytes-like object, or a list/tuple of parts) with out-of-band
+    ``buffers``. ``make_unpickler(file, buffers)`` returns a ``pickle.Unpickler`` (e.g. an
+    allow-list one); None uses ``pickle.loads``. A single contiguous buffer is read in place."""
+    if type(data) is list or type(data) is tuple:
+        data = data[0] if len(data) == 1 else b"".join(data)
+    if make_unpickler is None:
+        return pickle.loads(data, buffers=buffers)
+    return make_unpickler(io.BytesIO(data), buffers).load()
