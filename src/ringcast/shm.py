@@ -1,34 +1,67 @@
-"""POSIX shared-memory segments without the resource-tracker surprises, and process identity.
+"""Shared-memory segments (anonymous memfd or named POSIX) and process identity.
 
-Why not ``multiprocessing.shared_memory.SharedMemory``: before Python 3.13 it registers every
-segment it *opens* with the resource tracker, which then unlinks the writer's segment when a
-reader exits (bpo-39959); vLLM works around it with ``unittest.mock.patch`` in production code.
-Here the creator registers its segment with the tracker (so a creator killed by SIGKILL still
-has its segment removed when the tracker notices), and an attaching process registers nothing.
+``Segment.create(size, kind=...)`` makes one of two kinds; the :class:`Locator` names the kind:
 
-Creating a segment reserves its pages with ``posix_fallocate`` so a full /dev/shm fails at
-creation with :class:`ShmSpaceError`, never later with SIGBUS on first touch.
+``"memfd"`` (Linux): ``memfd_create`` makes a segment with no name in any filesystem. A peer opens
+  it through ``/proc/<creator pid>/fd/<fd>``, which the kernel allows only to the creator's user
+  in its PID namespace (the ptrace access check). Its pages count against the memory cgroup, not
+  /dev/shm, and are freed when the last process holding it exits, however it exits. Seals:
+  ``F_SEAL_SHRINK`` (no peer can truncate it and make the others fault with SIGBUS) and
+  ``F_SEAL_SEAL`` (no seal can be added later). The creator writes a random token at file offset
+  ``size``, past the mapped bytes; an attacher checks the creator's pid and start time, that the
+  fd is a ringcast memfd of the right size sealed against shrinking, and the token, before it
+  maps anything: a recycled pid or fd or a stale handle is a precise :class:`HandleError`.
+``"posix"``: a named segment in /dev/shm (mode 0600, 64 random bits in the name). Not
+  ``multiprocessing.shared_memory``: before Python 3.13 it registers every segment it *opens*
+  with the resource tracker, which unlinks the writer's segment when a reader exits (bpo-39959).
+  Here only the creator registers (a SIGKILLed creator's tracker removes the name).
+``"auto"``: memfd where :func:`memfd_available`, else posix.
+
+Both reserve their pages with ``posix_fallocate``: too little memory (or room in /dev/shm) is a
+:class:`ShmSpaceError` at creation, never a SIGBUS on first touch.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import secrets
 import stat
+from dataclasses import dataclass
 
 from .errors import HandleError, ShmSpaceError
+from .headroom import fmt_bytes, memory_error, memory_headroom
 
 try:
     import _posixshmem
 except ImportError:  # pragma: no cover - non-POSIX platforms
     _posixshmem = None
 
-__all__ = ["Segment", "shm_free_bytes", "process_start_time", "process_alive", "SHM_DIR"]
+__all__ = [
+    "Segment",
+    "Locator",
+    "can_attach",
+    "check_attach",
+    "memfd_available",
+    "memory_headroom",
+    "shm_free_bytes",
+    "process_start_time",
+    "process_alive",
+    "SHM_DIR",
+]
 
 SHM_DIR = "/dev/shm"
 NAME_PREFIX = "ringcast_"
+KINDS = ("auto", "memfd", "posix")
+MEMFD_NAME = "ringcast"  # what /proc/PID/fd/FD links to: "/memfd:ringcast (deleted)"
+TOKEN_BYTES = 16  # 128 random bits at file offset `size`, past the mapped bytes
+_MFD_NOEXEC_SEAL = getattr(os, "MFD_NOEXEC_SEAL", 0x0008)  # Linux 6.3+: never executable
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
+
+
+# -- room for a segment -------------------------------------------------------------------------
 
 
 def shm_free_bytes(shm_dir: str = SHM_DIR) -> int | None:
@@ -40,44 +73,183 @@ def shm_free_bytes(shm_dir: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def _fmt(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
 def _space_error(size: int, free: int | None, shm_dir: str) -> ShmSpaceError:
-    have = "unknown" if free is None else _fmt(free)
+    have = "unknown" if free is None else fmt_bytes(free)
     return ShmSpaceError(
         errno.ENOSPC,
-        f"cannot create a {_fmt(size)} shared-memory segment: {shm_dir} has {have} free. "
+        f"cannot create a {fmt_bytes(size)} shared-memory segment: {shm_dir} has {have} free. "
         f"Lower max_chunks x max_chunk_bytes, free space in {shm_dir}, or give the container a larger "
-        "/dev/shm (docker run --shm-size=...)",
+        "/dev/shm (docker run --shm-size=...), or use an anonymous segment (kind='memfd'), which /dev/shm "
+        "does not limit",
     )
 
 
-class Segment:
-    """One named shared-memory mapping. ``Segment.create(size)`` or ``Segment.attach(name)``.
+# -- locators -----------------------------------------------------------------------------------
 
-    ``close()`` unmaps (every process calls it); ``unlink()`` removes the name (only the creator
-    calls it; after it, processes already attached keep their mapping). Both are idempotent.
+
+@dataclass(frozen=True)
+class Locator:
+    """Everything a peer needs to attach, small and picklable. ``str(loc)`` is a one-line form that
+    :meth:`parse` reads back: the plain name for ``posix`` (what vLLM-style handles carry), and
+    ``memfd/<pid>/<start>/<fd>/<size>/<token>`` for ``memfd`` (a '/' no POSIX name may contain)."""
+
+    kind: str  # "memfd" or "posix"
+    size: int = 0  # bytes mapped; 0 for a posix name of unknown size
+    name: str = ""  # posix only
+    pid: int = 0  # memfd: the creator's pid and start time (clock ticks since boot, 0 = unknown)
+    start: int = 0
+    fd: int = -1  # memfd: the creator's descriptor
+    token: str = ""  # memfd: 32 hex digits, also written at file offset `size`
+
+    def __str__(self) -> str:
+        if self.kind == "posix":
+            return self.name
+        return f"memfd/{self.pid}/{self.start}/{self.fd}/{self.size}/{self.token}"
+
+    @classmethod
+    def parse(cls, text) -> "Locator":
+        """A locator from its string form (a bare name is a posix segment); HandleError if malformed."""
+        if isinstance(text, Locator):
+            return text.checked()
+        if not isinstance(text, str) or not text:
+            raise HandleError(f"a segment locator must be a non-empty str or a Locator, got {text!r}")
+        if not text.startswith("memfd/"):
+            return cls("posix", name=text).checked()
+        parts = text.split("/")
+        try:
+            if len(parts) != 6:
+                raise ValueError
+            pid, start, fd, size = (int(p) for p in parts[1:5])
+        except ValueError:
+            raise HandleError(
+                f"malformed memfd locator {text!r}: expected memfd/<pid>/<start>/<fd>/<size>/<token>, as "
+                "str(segment.locator) writes it; pass the writer's handle unchanged"
+            ) from None
+        return cls("memfd", size=size, pid=pid, start=start, fd=fd, token=parts[5]).checked()
+
+    def checked(self) -> "Locator":
+        """Self, or HandleError naming the field that no segment could have."""
+        if self.kind == "posix":
+            if not isinstance(self.name, str) or not self.name or "/" in self.name or "\0" in self.name:
+                raise HandleError(f"shared-memory name must be a non-empty str without '/', got {self.name!r}")
+            bad = None if _is_int(self.size, 0) else "size"
+        elif self.kind == "memfd":
+            bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not _is_int(getattr(self, f), low)), None)
+            if bad is None and not (isinstance(self.token, str) and len(self.token) == 2 * TOKEN_BYTES and _is_hex(self.token)):
+                bad = "token"
+        else:
+            raise HandleError(f"segment kind must be 'memfd' or 'posix', got {self.kind!r}")
+        if bad:
+            raise HandleError(f"{self.kind} locator has an invalid {bad}: {getattr(self, bad)!r} (locator {self!r})")
+        return self
+
+
+def _is_int(v, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
+
+
+def _is_hex(s: str) -> bool:
+    try:
+        bytes.fromhex(s)
+    except ValueError:
+        return False
+    return True
+
+
+# -- segments -----------------------------------------------------------------------------------
+
+_NO_MEMFD = (errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL, errno.EOPNOTSUPP)
+
+
+def memfd_available() -> bool:
+    """Whether this process can make memfd segments that peers can open (memfd_create, sealing,
+    and /proc to open them by)."""
+    return hasattr(os, "memfd_create") and bool(_SEALS) and os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+
+class Segment:
+    """One shared-memory mapping: ``Segment.create(size, kind=...)`` or ``Segment.attach(locator)``.
+
+    ``seg.locator`` (a :class:`Locator`) is what peers attach with; ``seg.name`` is its string
+    form (the /dev/shm name for ``posix``), which :meth:`attach` also takes. ``close()`` unmaps
+    (every process calls it; the creator of a memfd also closes its descriptor). ``unlink()``
+    (creator only) stops new peers from attaching: it removes a posix name, and closes a memfd
+    creator's descriptor; processes already attached keep their mapping. Both are idempotent.
     """
 
     # Class-level safe defaults so close()/unlink() work on a half-built object.
     name: str = ""
+    kind: str = "posix"
     size: int = 0
     created: bool = False
     buf = None  # mmap.mmap while open
     _unlinked: bool = True
     _registered: bool = False
+    _fd: int = -1  # memfd creator: the descriptor peers open through /proc/<pid>/fd/<fd>
+    _locator: Locator | None = None
 
     def __init__(self) -> None:  # use create() / attach()
-        raise TypeError("use Segment.create(size) or Segment.attach(name)")
+        raise TypeError("use Segment.create(size) or Segment.attach(locator)")
 
     @classmethod
-    def create(cls, size: int, *, prefix: str = NAME_PREFIX, shm_dir: str = SHM_DIR, register: bool = True) -> "Segment":
+    def create(
+        cls, size: int, *, kind: str = "posix", prefix: str = NAME_PREFIX, shm_dir: str = SHM_DIR, register: bool = True
+    ) -> "Segment":
+        """A new zero-filled segment of ``size`` bytes, its pages reserved. ``kind`` is "memfd",
+        "posix" or "auto" (memfd where :func:`memfd_available`, else posix); ``prefix``,
+        ``shm_dir`` and ``register`` (with the resource tracker) apply to posix only."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if not _is_int(size, 1):
+            raise ValueError(f"segment size must be a positive int, got {size!r}")
+        if kind == "posix" or (kind == "auto" and not memfd_available()):
+            return cls._create_posix(size, prefix, shm_dir, register)
+        if not memfd_available():
+            raise OSError(errno.ENOSYS, "kind='memfd' needs Linux memfd_create with sealing and a mounted /proc; use kind='posix'")
+        try:
+            return cls._create_memfd(size)
+        except ShmSpaceError:
+            raise
+        except OSError as e:  # a sandbox may forbid memfd_create (seccomp): auto falls back
+            if kind == "memfd" or e.errno not in _NO_MEMFD:
+                raise
+        return cls._create_posix(size, prefix, shm_dir, register)
+
+    @classmethod
+    def _create_memfd(cls, size: int) -> "Segment":
+        total = size + TOKEN_BYTES
+        headroom = memory_headroom()
+        if headroom is not None and total > headroom[0]:
+            raise memory_error(size, headroom)
+        try:
+            fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | _MFD_NOEXEC_SEAL)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # before Linux 6.3
+        self = object.__new__(cls)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, total)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                    raise memory_error(size, memory_headroom(), e.errno) from e
+                raise
+            token = secrets.token_bytes(TOKEN_BYTES)
+            if os.pwrite(fd, token, size) != TOKEN_BYTES:  # pragma: no cover - tmpfs writes whole
+                raise OSError(errno.EIO, "short write of the segment token")
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            self.buf = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.kind, self.size, self.created, self._fd, self._unlinked = "memfd", size, True, fd, False
+        self._locator = Locator("memfd", size=size, pid=os.getpid(), start=process_start_time(), fd=fd, token=token.hex())
+        self.name = str(self._locator)
+        return self
+
+    @classmethod
+    def _create_posix(cls, size: int, prefix: str, shm_dir: str, register: bool) -> "Segment":
         if _posixshmem is None:  # pragma: no cover
             raise OSError("POSIX shared memory is not available on this platform")
         free = shm_free_bytes(shm_dir)
@@ -118,30 +290,28 @@ class Segment:
         return self
 
     @classmethod
-    def attach(cls, name: str) -> "Segment":
-        if not isinstance(name, str) or not name or "/" in name:
-            raise HandleError(f"shared-memory name must be a non-empty str without '/', got {name!r}")
-        self = object.__new__(cls)
+    def attach(cls, locator: "Locator | str") -> "Segment":
+        """Map the segment a :class:`Locator` (or its string form, or a bare /dev/shm name)
+        describes. :class:`HandleError` if it is gone or is not the creator's segment."""
+        loc = Locator.parse(locator)
+        fd = _open_checked(loc)
         try:
-            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
-        except FileNotFoundError:
-            raise HandleError(
-                f"shared-memory segment {name!r} does not exist: the writer closed the queue, exited, or "
-                "already unlinked the segment after every reader attached; attach before the writer's "
-                "wait_until_ready() returns, with a handle from a live writer"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                raise HandleError(f"shared-memory segment {name!r} is empty: not a ringcast segment")
-            self.buf = mmap.mmap(fd, size)
+            size = loc.size or os.fstat(fd).st_size
+            buf = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        self.name, self.size, self.created = name, size, False
+        self = object.__new__(cls)
+        self.kind, self.buf, self.size, self.created = loc.kind, buf, size, False
+        self._locator = Locator(loc.kind, size=size, name=loc.name, pid=loc.pid, start=loc.start, fd=loc.fd, token=loc.token)
+        self.name = str(self._locator)
         return self
 
+    @property
+    def locator(self) -> Locator:
+        return self._locator or Locator("posix", size=self.size, name=self.name)
+
     def close(self) -> None:
-        """Unmap. Fails with BufferError while memoryviews of the mapping are still alive."""
+        """Unmap (and close the creator's memfd). BufferError while memoryviews of it are alive."""
         buf, self.buf = self.buf, None
         if buf is not None:
             try:
@@ -149,12 +319,17 @@ class Segment:
             except BufferError:
                 self.buf = buf
                 raise
+        self._close_fd()
 
     def unlink(self) -> None:
-        """Remove the name (creator only). Attached processes keep their mapping."""
+        """Creator only: no new process can attach after it (posix: the name is removed; memfd: the
+        descriptor peers open is closed). Attached processes, this one too, keep their mapping."""
         if self._unlinked or not self.created:
             return
         self._unlinked = True
+        if self.kind == "memfd":
+            self._close_fd()
+            return
         try:
             _posixshmem.shm_unlink("/" + self.name)
         except FileNotFoundError:
@@ -165,14 +340,105 @@ class Segment:
             resource_tracker.unregister("/" + self.name, "shared_memory")
             self._registered = False
 
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     @property
     def closed(self) -> bool:
         return self.buf is None
 
 
 def segment_mode(name: str) -> int:
-    """Permission bits of a segment (for tests and diagnostics)."""
+    """Permission bits of a posix segment (for tests and diagnostics)."""
     return stat.S_IMODE(os.stat(os.path.join(SHM_DIR, name)).st_mode)
+
+
+# -- attaching safely ---------------------------------------------------------------------------
+
+
+def _open_checked(loc: Locator) -> int:
+    """An O_RDWR descriptor of the segment ``loc`` names, verified (nothing mapped yet)."""
+    if loc.kind == "posix":
+        try:
+            fd = _posixshmem.shm_open("/" + loc.name, os.O_RDWR, mode=0o600)
+        except PermissionError as e:
+            raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}; it belongs to another user") from None
+        except FileNotFoundError:
+            raise HandleError(
+                f"shared-memory segment {loc.name!r} does not exist: the writer closed the queue, exited, or "
+                "already unlinked the segment after every reader attached; attach before the writer's "
+                "wait_until_ready() returns, with a handle from a live writer"
+            ) from None
+        size = os.fstat(fd).st_size
+        if size == 0 or (loc.size and size != loc.size):
+            os.close(fd)
+            what = "empty" if size == 0 else f"{size} bytes, the handle says {loc.size}"
+            raise HandleError(f"shared-memory segment {loc.name!r} is {what}: not the writer's ringcast segment")
+        return fd
+    where = f"memfd segment fd {loc.fd} of pid {loc.pid}"
+    problem = _creator_problem(loc.pid, loc.start)
+    if problem:
+        raise HandleError(f"cannot attach to {where}: {problem}; a reader needs a handle from a live writer on this host")
+    path = f"/proc/{loc.pid}/fd/{loc.fd}"
+    try:
+        target = os.readlink(path)
+        if not target.startswith(f"/memfd:{MEMFD_NAME} "):
+            raise HandleError(
+                f"cannot attach to {where}: that descriptor is now {target!r}, not a ringcast segment; the "
+                "creator closed it (close(), or unlink() once every reader attached) and reused the number"
+            )
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise HandleError(
+            f"cannot attach to {where}: the descriptor is closed; the creator closed the segment, or stopped "
+            "admitting readers (unlink() once every reader attached); attach before the writer's "
+            "wait_until_ready() returns"
+        ) from None
+    except PermissionError as e:
+        raise HandleError(
+            f"cannot attach to {where}: {e.strerror} opening {path}; only processes of the creator's user "
+            "(and not in another container) may open it; run the reader as that user, or as a remote reader"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != loc.size + TOKEN_BYTES:
+            raise HandleError(
+                f"cannot attach to {where}: it is {st.st_size} bytes, a ringcast segment of the handle's "
+                f"{loc.size} bytes is {loc.size + TOKEN_BYTES}; the descriptor was reused for another segment"
+            )
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        if not seals & fcntl.F_SEAL_SHRINK:
+            raise HandleError(
+                f"cannot attach to {where}: it is not sealed against shrinking (seals {seals:#x}), so a peer "
+                "could truncate it under us (SIGBUS); ringcast seals every segment it creates"
+            )
+        if not secrets.compare_digest(os.pread(fd, TOKEN_BYTES, loc.size), bytes.fromhex(loc.token)):
+            raise HandleError(
+                f"cannot attach to {where}: its token does not match the handle's; the descriptor now holds "
+                "another segment (the creator closed ours and reused the number) or the handle is stale"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_attach(locator: "Locator | str") -> None:
+    """Raise :class:`HandleError` unless this process could attach to the segment: open it and
+    check it (memfd: creator alive, ringcast memfd, size, seals, token) without mapping it."""
+    os.close(_open_checked(Locator.parse(locator)))
+
+
+def can_attach(locator: "Locator | str") -> bool:
+    """Whether this process can open the creator's segment and read its token: the locality test
+    (another user, container or PID namespace, or a dead creator, gives False)."""
+    try:
+        check_attach(locator)
+    except HandleError:
+        return False
+    return True
 
 
 # -- process identity ---------------------------------------------------------------------------
@@ -219,3 +485,19 @@ def process_alive(pid: int, start: int) -> bool:
     if state in ("Z", "X", "x"):
         return False
     return start == 0 or started == start
+
+
+def _creator_problem(pid: int, start: int) -> str | None:
+    """Why process ``(pid, start)`` cannot be a segment's live creator, or None if it can."""
+    st = _proc_stat(pid)
+    if st is None:
+        return f"no process {pid} runs in this PID namespace (the creator exited, or runs in another container)"
+    state, started = st
+    if state in ("Z", "X", "x"):
+        return f"process {pid} has exited"
+    if start and started != start:
+        return (
+            f"pid {pid} now belongs to another process (started at clock tick {started}, the creator at "
+            f"{start}): the creator exited and its pid was reused"
+        )
+    return None
