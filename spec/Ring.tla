@@ -16,8 +16,9 @@
 (*   - the ring protocol and its broken variants (Order, SkipReader,       *)
 (*     InitWritten / InitRead),                                            *)
 (*   - the overflow channel (Big, SendOverflow position, RecvMode),        *)
-(*   - the memory model (MM = "SC" | "TSO" | "RELAXED", fences F1..F7),    *)
-(*   - the eventcount parking protocol (Parking, Recheck, F6W, F6N),       *)
+(*   - the memory model (MM = "SC" | "TSO" | "RELAXED", fences F2..F7),    *)
+(*   - the two eventcounts of the parking protocol (Parking, Recheck,      *)
+(*     F6W, F6N),                                                          *)
 (*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag).        *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
@@ -35,7 +36,7 @@ CONSTANTS
     RecvMode,       \* reader overflow receive: "block" | "owed" | "giveup"
     TimeoutAnytime, \* a receive may time out although the payload is queued
     MM,             \* memory model: "SC" | "TSO" | "RELAXED"
-    F1, F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
+    F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
     Parking,        \* waiters really sleep on the eventcount (no spinning)
     Recheck,        \* the eventcount waiter re-checks after announcing
     CrashSet,       \* readers that may die (SIGKILL) at any step
@@ -56,7 +57,7 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ Big \subseteq Msgs
        /\ RecvMode \in {"block", "owed", "giveup"}
        /\ MM \in {"SC", "TSO", "RELAXED"}
-       /\ \A b \in {SkipReader, TwoStepPayload, TimeoutAnytime, F1, F2, F3,
+       /\ \A b \in {SkipReader, TwoStepPayload, TimeoutAnytime, F2, F3,
                     F4, F5, F6W, F6N, F7, Parking, Recheck, Evict,
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
@@ -92,13 +93,16 @@ VARIABLES
     recv,      \* [Readers -> Seq(Int)]  history: what each reader delivered
     sent,      \* Seq(Msgs)              history: payloads the writer wrote
     fifo,      \* [Readers -> Seq(Msgs)]  overflow channel (ZeroMQ PUB/SUB)
-    waiters,   \* eventcount waiter count
-    moved,     \* [Procs -> BOOLEAN] the eventcount's sequence word (futex
-               \*   word) has changed since p's ParkSnapshot.  The word only
+    waiters,   \* [ECs -> Nat] waiter count of each eventcount: "R" (readers
+               \*   park on write_seq, the writer notifies) and "W" (the writer
+               \*   parks on read_seq, readers notify), as in waiting.py/ring.py
+    moved,     \* [Procs -> BOOLEAN] the sequence word (futex word) p parks on
+               \*   has changed since p's ParkSnapshot.  The word only
                \*   grows and is only compared for equality, so this bit is an
                \*   exact abstraction of "seq # snapshot" (keeps the model finite)
-    pready,    \* [Procs -> BOOLEAN] ring condition when the park began
-               \*   (a hoisted recheck load may return it; RELAXED, no F6W)
+    annc,      \* [Procs -> BOOLEAN] p's ParkAnnounce increment is executed but
+               \*   not yet visible to other processes (RELAXED without F6W:
+               \*   the RMW is ldaxr/stlxr, not a full fence)
     alive,     \* [Readers -> BOOLEAN] the reader's process exists
     evicted    \* SUBSET Readers: readers the writer has evicted
 
@@ -106,7 +110,7 @@ mem    == <<written, rflag, data>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
-evars  == <<waiters, moved, pready>>
+evars  == <<waiters, moved, annc>>
 xvars  == <<alive, evicted>>
 vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
 
@@ -120,12 +124,21 @@ vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
 (* else memory.  A release/full fence is modelled as "own buffer empty".   *)
 (* RELAXED also lets the reader's payload load be hoisted above its flag   *)
 (* loads when F4 is missing (win), lets its ack store become visible       *)
-(* before the copy when F5 is missing, and lets the parking recheck use a  *)
-(* value from before ParkAnnounce when F6W is missing.                     *)
+(* before the copy when F5 is missing, and makes the ParkAnnounce RMW      *)
+(* non-fencing when F6W (a full fence after it) is missing: its increment  *)
+(* may become visible after the recheck's loads (annc, DrainAnnounce).  On *)
+(* TSO a locked RMW is a full fence, so F6W changes nothing there.         *)
 
-WinOn     == MM = "RELAXED" /\ ~F4
-EarlyAck  == MM = "RELAXED" /\ ~F5
-StaleRChk == MM = "RELAXED" /\ ~F6W
+WinOn      == MM = "RELAXED" /\ ~F4
+EarlyAck   == MM = "RELAXED" /\ ~F5
+LateAnnc   == MM = "RELAXED" /\ ~F6W
+
+\* The two eventcounts: EC(p) is the one p parks on, NEC(p) the one p
+\* notifies after its publish (writer) or ack (reader).
+ECs    == {"R", "W"}
+EC(p)  == IF p = Wr THEN "W" ELSE "R"
+NEC(p) == IF p = Wr THEN "R" ELSE "W"
+
 
 MemVal(a) == CASE a[1] = "W" -> written[a[2]]
                [] a[1] = "R" -> rflag[a[2]][a[3]]
@@ -166,13 +179,22 @@ Store(p, a, v) ==
 RemoveAt(s, k) == SubSeq(s, 1, k - 1) \o SubSeq(s, k + 1, Len(s))
 
 \* Hardware: one buffered store of p becomes visible (no code counterpart).
-Drain(p) ==
+DrainStore(p) ==
     \E k \in 1 .. Len(sb[p]) :
         /\ MM = "TSO" => k = 1
         /\ \A j \in 1 .. k - 1 : sb[p][j][1] # sb[p][k][1]
         /\ Apply(sb[p][k][1], sb[p][k][2])
         /\ sb' = [sb EXCEPT ![p] = RemoveAt(@, k)]
         /\ UNCHANGED <<pc, wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* Hardware: p's ParkAnnounce increment becomes visible (LateAnnc only).
+DrainAnnounce(p) ==
+    /\ annc[p]
+    /\ annc' = [annc EXCEPT ![p] = FALSE]
+    /\ waiters' = [waiters EXCEPT ![EC(p)] = @ + 1]
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved>>
+
+Drain(p) == DrainStore(p) \/ DrainAnnounce(p)
 
 -----------------------------------------------------------------------------
 (****************************** ring conditions ****************************)
@@ -383,23 +405,26 @@ ReaderRecvOverflow(r) ==
 ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
     /\ moved' = [moved EXCEPT ![p] = FALSE]          \* s := seq
-    /\ pready' = IF StaleRChk THEN [pready EXCEPT ![p] = Ready(p)] ELSE pready
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc>>
 
 \* waiting.py::EventCount._park_announce
 ParkAnnounce(p) ==
     /\ pc[p] = "park_announce"
-    /\ BufEmpty(p)          \* atomic read-modify-write: drains the buffer
-    /\ waiters' = waiters + 1
+    /\ BufEmpty(p)          \* atomic RMW: release, own earlier stores first
+    /\ IF LateAnnc          \* RELAXED, no F6W: the increment lands later
+       THEN annc' = [annc EXCEPT ![p] = TRUE] /\ UNCHANGED waiters
+       ELSE waiters' = [waiters EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED annc
     /\ pc' = [pc EXCEPT ![p] = IF Recheck THEN "park_recheck" ELSE "park_sleep"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, pready>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved>>
 
+\* The recheck's loads may run before the increment is visible (LateAnnc);
+\* with F6W the fence after the RMW waits for it.
 \* waiting.py::Waiter._park_recheck
 ParkRecheck(p) ==
     /\ pc[p] = "park_recheck"
-    /\ \E ready \in IF StaleRChk THEN {Ready(p), pready[p]} ELSE {Ready(p)} :
-          pc' = [pc EXCEPT ![p] = IF ready THEN "park_retire" ELSE "park_sleep"]
+    /\ MM = "RELAXED" /\ F6W => ~annc[p]
+    /\ pc' = [pc EXCEPT ![p] = IF Ready(p) THEN "park_retire" ELSE "park_sleep"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
 \* waiting.py::EventCount._park_sleep
@@ -409,31 +434,36 @@ ParkSleep(p) ==
     /\ pc' = [pc EXCEPT ![p] = "park_retire"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
+\* The decrement is ordered after the increment (same word).
 \* waiting.py::EventCount._park_retire
 ParkRetire(p) ==
     /\ pc[p] = "park_retire"
-    /\ waiters' = waiters - 1
+    /\ ~annc[p]
+    /\ waiters' = [waiters EXCEPT ![EC(p)] = @ - 1]
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
-    /\ pready' = [pready EXCEPT ![p] = FALSE]    \* normalisation only
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, annc>>
 
 \* waiting.py::EventCount._notify_load_waiters
 NotifyLoadWaiters(p) ==
     /\ pc[p] = "notify_load"
     /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
-    /\ pc' = [pc EXCEPT ![p] = IF waiters > 0 THEN "notify_wake"
+    /\ pc' = [pc EXCEPT ![p] = IF waiters[NEC(p)] > 0 THEN "notify_wake"
                                 ELSE AfterNotify(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
 \* waiting.py::EventCount._notify_wake
 NotifyWake(p) ==
     /\ pc[p] = "notify_wake"
-    \* seq += 1; futex wake all.  (moved is normalised to FALSE for processes
-    \* that are not between ParkSnapshot and ParkRetire: it is unused there.)
-    /\ moved' = [q \in Procs |-> pc[q] \in {"park_announce", "park_recheck", "park_sleep"}]
+    \* seq += 1 on the other side's word; futex wake all.  (moved is
+    \* normalised to FALSE for processes that are not between ParkSnapshot
+    \* and ParkRetire: it is unused there.)
+    /\ moved' = [q \in Procs |->
+                   IF EC(q) = NEC(p)
+                   THEN pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
+                   ELSE moved[q]]
     /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, pready>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc>>
 
 -----------------------------------------------------------------------------
 (********************************* system **********************************)
@@ -478,9 +508,9 @@ Init ==
     /\ recv    = [r \in Readers |-> << >>]
     /\ sent    = << >>
     /\ fifo    = [r \in Readers |-> << >>]
-    /\ waiters = 0
+    /\ waiters = [e \in ECs |-> 0]
     /\ moved   = [p \in Procs |-> FALSE]
-    /\ pready  = [p \in Procs |-> FALSE]
+    /\ annc    = [p \in Procs |-> FALSE]
     /\ alive   = [r \in Readers |-> TRUE]
     /\ evicted = {}
 
@@ -521,8 +551,8 @@ TypeOK ==
     /\ \A r \in Readers : recv[r] \in Seq(Val)
     /\ sent \in Seq(Msgs)
     /\ \A r \in Readers : fifo[r] \in Seq(Msgs)
-    /\ waiters \in 0 .. NR + 1
-    /\ moved \in [Procs -> BOOLEAN] /\ pready \in [Procs -> BOOLEAN]
+    /\ waiters \in [ECs -> 0 .. NR]
+    /\ moved \in [Procs -> BOOLEAN] /\ annc \in [Procs -> BOOLEAN]
     /\ alive \in [Readers -> BOOLEAN] /\ evicted \subseteq Readers
 
 \* Index of the payload step in Order (0 if absent).

@@ -4,6 +4,12 @@
  *   plain stores to a shared mapping; see docs/protocol.md, "Fences", for which protocol steps
  *   need it and which TLC model shows what breaks without it.
  * - load_u32 / fetch_add_u32: the eventcount words of the parking protocol (src/ringcast/waiting.py).
+ *   fetch_add_u32 is a full fence on every architecture (F6W: ParkAnnounce's increment, then
+ *   ParkRecheck's loads). A seq_cst RMW alone is not: on AArch64 it is ldaxr/stlxr (or ldaddal),
+ *   and a later plain load may be satisfied before the increment is visible, which loses a
+ *   wake-up (spec: park_relaxed_code_no_f6w deadlocks). So the RMW is followed by a seq_cst
+ *   thread fence (dmb ish; on x86 the locked RMW already is one, the extra mfence costs ~10 ns on
+ *   a path that parks or wakes a sleeper anyway). tests/test_arm_codegen.py checks the assembly.
  * - futex_wait / futex_wake: sleep on / wake a 32-bit word in the shared segment. The futex is
  *   process-shared (no FUTEX_PRIVATE_FLAG) because the waiters live in other processes.
  *
@@ -74,7 +80,7 @@ fence_load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 fetch_add_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    uint32_t *p;
+    uint32_t *p, old;
     long delta;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "fetch_add_u32(addr, delta)");
@@ -85,7 +91,9 @@ fetch_add_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     delta = PyLong_AsLong(args[1]);
     if (delta == -1 && PyErr_Occurred())
         return NULL;
-    return PyLong_FromUnsignedLong(__atomic_fetch_add(p, (uint32_t)delta, __ATOMIC_SEQ_CST));
+    old = __atomic_fetch_add(p, (uint32_t)delta, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* F6W: the RMW must be a full fence (see the top) */
+    return PyLong_FromUnsignedLong(old);
 }
 
 /* futex_wait(addr, expected, timeout_seconds) -> 0 woken, 1 value differed, 2 timed out, 3 interrupted */
@@ -182,7 +190,7 @@ static PyMethodDef methods[] = {
     {"fence", (PyCFunction)(void (*)(void))fence, METH_FASTCALL, "Sequentially consistent memory fence."},
     {"load_u32", (PyCFunction)(void (*)(void))load_u32, METH_FASTCALL, "Atomic 32-bit load."},
     {"fence_load_u32", (PyCFunction)(void (*)(void))fence_load_u32, METH_FASTCALL, "Full fence, then atomic 32-bit load."},
-    {"fetch_add_u32", (PyCFunction)(void (*)(void))fetch_add_u32, METH_FASTCALL, "Atomic fetch-and-add; returns the old value."},
+    {"fetch_add_u32", (PyCFunction)(void (*)(void))fetch_add_u32, METH_FASTCALL, "Atomic fetch-and-add, then a full fence; returns the old value."},
     {"futex_wait", (PyCFunction)(void (*)(void))futex_wait, METH_FASTCALL, "Sleep while *addr == expected."},
     {"futex_wake", (PyCFunction)(void (*)(void))futex_wake, METH_FASTCALL, "Wake up to n sleepers on addr."},
     {"address_of", (PyCFunction)(void (*)(void))address_of, METH_FASTCALL, "Address of a writable buffer."},

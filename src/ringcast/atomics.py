@@ -1,13 +1,17 @@
 """Machine-level primitives: a full fence, 32-bit atomics and a process-shared futex.
 
 They come from the small C extension ``ringcast._atomics`` (built by ``pip install``). If that
-extension could not be built (no compiler), ``NATIVE`` is False and:
+extension could not be built (no compiler):
 
-* ``fence()`` falls back to acquiring and releasing a ``threading.Lock``: the lock's atomic
-  read-modify-write is a full barrier on x86 and an acquire/release pair on Arm. It is what
-  vLLM uses; it is slower (~100 ns) and weaker on Arm than ``__atomic_thread_fence``.
-* there is no futex: ``HAVE_FUTEX`` is False and ``waiting.EventCount`` parks by timed sleeps
-  (bounded latency of one poll interval, no lost wake-up possible because nothing is skipped).
+* on x86 (``x86_64``/``i686``), ``NATIVE`` is False and ``fence()`` falls back to acquiring and
+  releasing a ``threading.Lock``: the lock's atomic read-modify-write is a locked instruction, a
+  full barrier on x86 (what vLLM uses; slower, ~100 ns). There is no futex: ``HAVE_FUTEX`` is
+  False and ``waiting.EventCount`` parks by timed sleeps (bounded latency of one poll interval,
+  no lost wake-up possible because nothing is skipped).
+* on any other CPU (Arm, POWER, RISC-V, ...) importing this module raises ``ImportError``: a lock
+  is only an acquire/release pair there, not the full fence the protocol needs (spec: the
+  ``relaxed_no_f*`` models), so the ring would be silently unsafe. The fix is to install a C
+  compiler and reinstall ringcast so that the extension is built.
 
 Nothing here reads the environment; the choice is made once, at import.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["NATIVE", "HAVE_FUTEX", "fence", "fence_load_u32", "load_u32", "fetch_add_u32", "futex_wait", "futex_wake", "address_of"]
+__all__ = ["NATIVE", "HAVE_FUTEX", "check_fallback", "fence", "fence_load_u32", "load_u32", "fetch_add_u32", "futex_wait", "futex_wake", "address_of"]
 
 try:  # pragma: no branch - which branch runs depends on the build
     from ringcast import _atomics as _native
@@ -24,6 +28,23 @@ except ImportError:  # pragma: no cover - exercised only where the extension fai
     _native = None
 
 NATIVE = _native is not None
+
+#: CPUs on which a locked read-modify-write (a lock's acquire) is a full fence: the only ones on
+#: which the pure-Python fallback is correct.
+FALLBACK_MACHINES = frozenset({"x86_64", "amd64", "i386", "i486", "i586", "i686", "x86"})
+
+
+def check_fallback(machine: str) -> None:
+    """Refuse the lock-as-fence fallback on a CPU where a lock is not a full fence."""
+    if machine.lower() not in FALLBACK_MACHINES:
+        raise ImportError(
+            f"ringcast._atomics (the C extension with the memory fences) is not built, and on this "
+            f"CPU ({machine or 'unknown'}) the pure-Python fallback (a lock as a fence) is not a full "
+            "fence, so the ring would be unsafe. Install a C compiler (e.g. apt-get install gcc "
+            "python3-dev) and reinstall ringcast (pip install --force-reinstall --no-binary ringcast "
+            "ringcast, or pip install -e . in a checkout) so that the extension is built"
+        )
+
 
 # futex_wait results
 WOKEN, VALUE_CHANGED, TIMED_OUT, INTERRUPTED = 0, 1, 2, 3
@@ -41,6 +62,9 @@ if _native is not None:
     HAVE_FUTEX = _sys.platform.startswith("linux")
 else:  # pragma: no cover
     import ctypes
+    import platform
+
+    check_fallback(platform.machine())
 
     _fence_lock = threading.Lock()
 
