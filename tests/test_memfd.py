@@ -63,8 +63,9 @@ def _occupy(fd: int, src: int) -> None:
         os.dup2(src, fd, inheritable=False)
 
 
-def _ringcast_names() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("ringcast")}
+def _names_of(*pids: int) -> set[str]:
+    """The /dev/shm names processes ``pids`` created (other tests' segments run concurrently)."""
+    return {n for n in os.listdir("/dev/shm") if any(n.startswith(f"ringcast_{pid}_") for pid in pids)}
 
 
 def _python(code: str, **kw) -> subprocess.Popen:
@@ -138,10 +139,9 @@ def test_create_attach_across_a_spawned_process(kind):
 
 
 def test_memfd_segment_is_sealed_and_unnamed():
-    before = _ringcast_names()
     seg = Segment.create(4096, kind="memfd")
     try:
-        assert _ringcast_names() == before
+        assert _names_of(os.getpid()) == set()
         assert os.readlink(f"/proc/self/fd/{seg.locator.fd}") == "/memfd:ringcast (deleted)"
         seals = fcntl.fcntl(seg.locator.fd, fcntl.F_GET_SEALS)
         assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_SEAL
@@ -314,21 +314,35 @@ _CREATOR = """
 """
 
 
+_READER = """
+    import sys, time
+    from ringcast.shm import Segment
+    seg = Segment.attach(sys.argv[1])
+    print(seg.buf[len(seg.buf) - 1], flush=True)
+    time.sleep(3600)
+"""
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("reader_attached", [False, True], ids=["before-any-reader", "after-a-reader-attached"])
-def test_sigkill_the_creator_leaves_nothing(reader_attached):
-    before = _ringcast_names()
-    proc = _python(_CREATOR)
+@pytest.mark.parametrize("case", ["before-any-reader", "after-a-reader-attached", "every-process"])
+def test_sigkill_the_creator_leaves_nothing(case):
+    """The creator (and, in the last case, its reader too) SIGKILLed: nothing in /dev/shm, and
+    once no live process holds the file or a mapping of it the kernel frees it."""
+    procs = [_python(_CREATOR)]
     reader = None
     try:
-        name, ino = proc.stdout.readline().split()
+        name, ino = procs[0].stdout.readline().split()
         assert name.startswith("memfd/"), "auto picks memfd here"
         ino = int(ino)
-        if reader_attached:
+        if case == "after-a-reader-attached":
             reader = Segment.attach(name)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        assert _ringcast_names() == before, "no name in /dev/shm, ever"
+        elif case == "every-process":
+            procs.append(subprocess.Popen([sys.executable, "-c", textwrap.dedent(_READER), name], stdout=subprocess.PIPE, text=True))
+            assert procs[1].stdout.readline().strip() == str(ord("x"))
+        for p in procs:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        assert _names_of(*(p.pid for p in procs)) == set(), "no name in /dev/shm, ever"
         with pytest.raises(HandleError, match="no process"):
             check_attach(name)
         if reader is not None:  # the reader's mapping keeps the memory alive, intact
@@ -339,7 +353,8 @@ def test_sigkill_the_creator_leaves_nothing(reader_attached):
             reader = None
         assert _holders(ino) == [], "nobody holds the file: the kernel has freed it"
     finally:
-        _stop(proc)
+        for p in procs:
+            _stop(p)
         if reader is not None:
             reader.close()
 

@@ -1,0 +1,133 @@
+"""The segment layer on its own: both kinds' lifetime (close, unlink), the vLLM-style name form,
+and the memory headroom of a real memory cgroup (issue 15)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ringcast import HandleError
+from ringcast import headroom as headroom_mod
+from ringcast import shm
+from ringcast.shm import Locator, Segment, can_attach
+
+KINDS = ["memfd", "posix"] if shm.memfd_available() else ["posix"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unlink_stops_new_peers_and_keeps_mappings(kind):
+    seg = Segment.create(8192, kind=kind)
+    peer = Segment.attach(seg.name)
+    try:
+        peer.buf[:3] = b"abc"
+        seg.unlink()
+        seg.unlink()  # idempotent
+        with pytest.raises(HandleError, match="does not exist|the descriptor is closed"):
+            Segment.attach(seg.locator)
+        assert not can_attach(seg.name)
+        assert bytes(seg.buf[:3]) == b"abc"
+        seg.buf[3] = ord("d")
+        assert bytes(peer.buf[:4]) == b"abcd"
+    finally:
+        peer.close()
+        seg.close()
+        seg.close()  # idempotent
+        seg.unlink()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_with_a_live_view_keeps_the_segment(kind):
+    seg = Segment.create(4096, kind=kind)
+    view = memoryview(seg.buf)
+    try:
+        with pytest.raises(BufferError):
+            seg.close()
+        assert not seg.closed and can_attach(seg.locator)
+    finally:
+        view.release()
+        seg.close()
+        seg.unlink()
+    assert seg.closed
+
+
+def test_posix_locator_checks_the_size():
+    seg = Segment.create(4096, kind="posix")
+    try:
+        assert seg.locator == Locator("posix", size=4096, name=seg.name)
+        assert Segment.attach(seg.name).size == 4096  # a bare name (vLLM handles) takes the file's size
+        with pytest.raises(HandleError, match=r"is 4096 bytes, the handle says 8192"):
+            Segment.attach(Locator("posix", size=8192, name=seg.name))
+        with pytest.raises(HandleError, match="does not exist"):
+            Segment.attach("ringcast_0_0000000000000000")
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_create_validates_its_arguments():
+    for size in (0, -1, 1.5, True, "4096"):
+        with pytest.raises(ValueError, match="segment size must be a positive int"):
+            Segment.create(size, kind="posix")
+    with pytest.raises(TypeError, match="use Segment.create"):
+        Segment()
+
+
+def _memory_cgroup() -> tuple[str, str, str] | None:
+    """This process's own memory cgroup directory and its (limit, usage) file names, if any."""
+    dirs = headroom_mod._memory_cgroup_dirs()
+    return dirs[0] if dirs else None
+
+
+def _make_child_cgroup(limit: int) -> str | None:
+    cg = _memory_cgroup()
+    if cg is None or os.geteuid() != 0:
+        return None
+    d, limit_file, _ = cg
+    child = os.path.join(d, f"ringcast-test-{os.getpid()}")
+    try:
+        os.mkdir(child)
+    except OSError:
+        return None
+    try:
+        with open(os.path.join(child, limit_file), "w") as f:
+            f.write(str(limit))
+    except OSError:
+        os.rmdir(child)
+        return None
+    return child
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not shm.memfd_available(), reason="needs memfd")
+def test_a_real_memory_cgroup_limits_memfd_segments():
+    """A child moved into a cgroup limited to 64 MiB: a 16 MiB segment fits, a 160 MiB one fails at
+    once with the cgroup named (never a trip to the OOM killer)."""
+    child = _make_child_cgroup(64 << 20)
+    if child is None:
+        pytest.skip("cannot create a memory cgroup with a limit here (needs root and a writable cgroup hierarchy)")
+    code = textwrap.dedent(
+        f"""
+        import os
+        with open({os.path.join(child, "cgroup.procs")!r}, "w") as f:
+            f.write(str(os.getpid()))
+        from ringcast.shm import Segment, ShmSpaceError
+        seg = Segment.create(16 << 20, kind="memfd")
+        seg.buf[-1] = 1
+        seg.close()
+        try:
+            Segment.create(160 << 20, kind="memfd")
+        except ShmSpaceError as e:
+            print("ERR", e)
+        """
+    )
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    finally:
+        os.rmdir(child)  # empty again: the child has exited
+    assert r.returncode == 0, r.stderr
+    assert f"cannot create a 160.0 MiB anonymous shared-memory segment: memory cgroup {child} has" in r.stdout
+    assert "64.0 MiB" in r.stdout
