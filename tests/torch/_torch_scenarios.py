@@ -11,7 +11,6 @@ import torch.distributed as dist
 
 import ringcast.torch as rt
 from ringcast import MessageQueue, PayloadError
-from ringcast.torch import group as group_mod
 
 _groups: dict = {}
 
@@ -42,11 +41,7 @@ def queue_roles(rank, world, spec, writer_rank, remote_ranks=()):
     g_pg = pg(spec)
     if not member(rank, spec):
         return None
-    group_mod._simulate_remote = rank in remote_ranks
-    try:
-        mq = MessageQueue.create_from_process_group(g_pg, 1 * MIB, 4, writer_rank, connect_ip="127.0.0.1", timeout=20)
-    finally:
-        group_mod._simulate_remote = False
+    mq = MessageQueue.create_from_process_group(g_pg, 1 * MIB, 4, writer_rank, connect_ip="127.0.0.1", timeout=20, force_remote=rank in remote_ranks)
     try:
         grank = dist.get_rank(g_pg)
         role = "writer" if mq._is_writer else ("local" if mq._is_local_reader else "remote")
@@ -338,13 +333,13 @@ def rpc(rank, world, writer_rank):
         w = DriverWorker(rank) if g.is_writer else Worker(rank)
         if g.is_writer:
             d = rt.Driver(g, w)
-            assert d.run_workers("add", x=1, y=2) == 3
-            assert d.run_workers("add", driver_kwargs={"x": 10}, x=1) == 10
-            assert d.run_workers(_double, x=4) == 8
+            assert d.broadcast_call("add", x=1, y=2) == 3
+            assert d.broadcast_call("add", driver_kwargs={"x": 10}, x=1) == 10
+            assert d.broadcast_call(_double, x=4) == 8
             assert d.collect_errors() == {}
             bad = sorted({(writer_rank + 1) % world, (writer_rank + 3) % world})
-            assert d.run_workers("fail_on", ranks=bad) == "ok"
-            d.run_workers("fail_on", ranks=bad)
+            assert d.broadcast_call("fail_on", ranks=bad) == "ok"
+            d.broadcast_call("fail_on", ranks=bad)
             errors = d.collect_errors()
             assert sorted(errors) == bad, errors
             for r in bad:
@@ -354,18 +349,18 @@ def rpc(rank, world, writer_rank):
                 assert "Traceback" in e.traceback
             assert d.collect_errors() == {}  # collected once
             with pytest.raises(AttributeError):
-                d.run_workers("no_such_method")  # fails on the driver before anything is sent
-            assert d.run_workers("only_on_driver") == "driver"
+                d.broadcast_call("no_such_method")  # fails on the driver before anything is sent
+            assert d.broadcast_call("only_on_driver") == "driver"
             with pytest.raises(rt.FollowerFailedError, match="only_on_driver"):
                 d.check_errors()
             # the method itself broadcasts: the driver passes the payload to itself only
             with pytest.raises(PayloadError):
-                d.run_workers("add", x=lambda: 1)
+                d.broadcast_call("add", x=lambda: 1)
             assert d.collect_errors() != {}  # followers recorded the unsent call
             d.stop()
             d.stop()
             with pytest.raises(rt.BroadcastError, match="stop"):
-                d.run_workers("add", x=1)
+                d.broadcast_call("add", x=1)
             return ("driver", w.log)
         n = rt.follower_loop(w, g)
         return ("follower", n, w.log)

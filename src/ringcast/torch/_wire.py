@@ -11,7 +11,7 @@ import torch.distributed as dist
 from ..errors import PayloadError
 from .errors import BroadcastError, SenderError
 
-__all__ = ["TensorMetadata", "broadcast_tensors"]
+__all__ = ["TensorMetadata", "broadcast_tensors", "staging_buffer"]
 
 
 class TensorMetadata(NamedTuple):
@@ -39,35 +39,103 @@ def _bytes_view(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(torch.uint8)
 
 
-def group_for(t: torch.Tensor, cpu_group, device_group, where: str):
-    if t.device.type == "cpu":
+def backend_devices(pg) -> frozenset:
+    """The tensor device types the backend of ``pg`` carries: ``{"cpu"}`` for gloo,
+    ``{"cuda"}`` for NCCL, both for a mixed backend ("cpu:gloo,cuda:nccl"); empty when unknown
+    (then nothing is refused)."""
+    return _devices_of(str(dist.get_backend(pg)))
+
+
+def _devices_of(backend: str) -> frozenset:
+    b = backend.lower()
+    if ":" in b:  # "cpu:gloo,cuda:nccl"
+        return frozenset(part.split(":", 1)[0].strip() for part in b.split(",") if ":" in part)
+    return {"gloo": frozenset({"cpu"}), "nccl": frozenset({"cuda"})}.get(b, frozenset())
+
+
+def group_for(t: torch.Tensor, cpu_group, device_group, where: str, stage: bool = False):
+    """The group ``t`` travels over; raises :class:`BroadcastError` (before anything is sent,
+    since senders call it while building the manifest) when that group's backend cannot carry
+    it: a CPU tensor on an NCCL-only group, a device tensor on a gloo-only group or without a
+    device group. With ``stage`` device tensors go through host memory over ``cpu_group``."""
+    if t.device.type == "cpu" or stage:
+        if "cpu" not in _devices(cpu_group, "cpu"):
+            raise BroadcastError(
+                f"{where} is a {t.device.type} tensor that would travel over the CPU group, but that group's backend is "
+                f"{dist.get_backend(cpu_group)} (no CPU tensors): pass a gloo group as the CPU/metadata group"
+            )
         return cpu_group
     if device_group is None:
         raise BroadcastError(
             f"{where} is a {t.device.type} tensor but no device_group was given: pass the NCCL "
             "(device) group to the BroadcastGroup, or move the tensor to the CPU"
         )
+    if t.device.type not in _devices(device_group, t.device.type):
+        raise BroadcastError(
+            f"{where} is a {t.device.type} tensor but the device group's backend is {dist.get_backend(device_group)}, which "
+            f"carries only {sorted(_devices(device_group, ''))} tensors: pass the NCCL group as the device group (group= in "
+            "the vLLM-shaped call), move the tensor to the CPU, or stage it (stage_device_tensors=True)"
+        )
     return device_group
 
 
-def broadcast_tensors(tensors, src: int, cpu_group, device_group=None, *, async_op: bool = True) -> None:
+def _devices(pg, kind: str) -> frozenset:
+    known = backend_devices(pg)
+    return known if known else frozenset({kind})
+
+
+def nested_device_tensor(value, where: str):
+    """The first non-CPU tensor inside ``value``'s lists, tuples, sets and dicts, as
+    ``(path, tensor)``; None if there is none (nested values are pickled, not sent as tensors)."""
+    stack = [(value, where)]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, torch.Tensor):
+            if v.device.type != "cpu":
+                return path, v
+        elif isinstance(v, dict):
+            stack.extend((x, f"{path}[{k!r}]") for k, x in v.items())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+    return None
+
+
+def staging_buffer(nbytes: int) -> torch.Tensor:
+    """A host buffer for staging a device tensor (pinned when CUDA is available)."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+
+
+def broadcast_tensors(tensors, src: int, cpu_group, device_group=None, *, async_op: bool = True, stage: bool = False) -> None:
     """The data phase: broadcast each tensor of ``tensors`` (contiguous, the same list in the same
     order on every rank) from global rank ``src``, in place. CPU tensors go over ``cpu_group``,
-    others over ``device_group``. Empty tensors are skipped. With ``async_op`` (default) every
-    broadcast is issued first and all are awaited at the end; pass ``async_op=False`` when
-    capturing the call in a CUDA graph."""
+    others over ``device_group``, or, with ``stage``, through a pinned host buffer over
+    ``cpu_group`` (copied back to the tensor's device on the receivers). Empty tensors are
+    skipped. With ``async_op`` (default) every broadcast is issued first and all are awaited at
+    the end; pass ``async_op=False`` when capturing the call in a CUDA graph."""
     works = []
+    staged = []
+    is_src = dist.get_rank() == src
     for i, t in enumerate(tensors):
         if t.numel() == 0:
             continue
         if not t.is_contiguous():
             raise BroadcastError(f"tensor #{i} is not contiguous; broadcast_tensors() needs contiguous tensors")
-        g = group_for(t, cpu_group, device_group, f"tensor #{i}")
-        w = dist.broadcast(_bytes_view(t), src=src, group=g, async_op=async_op)
+        g = group_for(t, cpu_group, device_group, f"tensor #{i}", stage)
+        wire = _bytes_view(t)
+        if stage and t.device.type != "cpu":
+            host = staging_buffer(wire.numel())
+            if is_src:
+                host.copy_(wire)
+            staged.append((wire, host))
+            wire = host
+        w = dist.broadcast(wire, src=src, group=g, async_op=async_op)
         if async_op:
             works.append(w)
     for w in works:
         w.wait()
+    if not is_src:
+        for wire, host in staged:
+            wire.copy_(host)
 
 
 # -- the envelope: (kind, payload) ------------------------------------------------------------------

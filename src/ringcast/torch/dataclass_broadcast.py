@@ -15,6 +15,10 @@ all_reduce on the CPU group): if any rank found a mismatch, every rank raises
 :class:`StructureMismatchError` naming the ranks and paths, and *no* tensor is broadcast, so the
 group stays in step. Phase 2 broadcasts each tensor straight into the receiver's tensor (through a
 temporary for non-contiguous shell tensors) and assigns the leaves in place.
+
+With ``structure="dynamic"`` the manifest also carries each dict's keys and each list's length,
+and receivers rebuild the sender's structure of this step (None vs value, list lengths, dict
+keys) instead of requiring the shell to match it; see :mod:`ringcast.torch.rebuild`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import torch.distributed as dist
 from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, recv, send, send_error
 from .errors import StructureMismatchError
 from .flatten import encode_key
-from .group import BroadcastGroup
+from .group import GroupBase
+from .rebuild import Plan, describe_tensor, show as _show, type_name as _type_name
 
 __all__ = ["broadcast_dataclass", "walk"]
 
@@ -35,28 +40,24 @@ _KIND = "dataclass"
 _MAX_REPORTED = 8
 
 
-def _type_name(obj) -> str:
-    t = type(obj)
-    return f"{t.__module__}.{t.__qualname__}"
+_STRUCTURES = ("fixed", "dynamic")
 
 
 def _child(path: str, attr: str) -> str:
     return f"{path}.{attr}"
 
 
-def _show(path: str) -> str:
-    return path or "<root>"
-
-
 class _Walk:
     """One traversal: ``nodes`` path -> descriptor, ``values`` path -> leaf, ``tensors`` (path,
-    tensor) in order, ``setters`` path -> (container, key, how) for leaves and tensors."""
+    tensor) in order, ``setters`` path -> (container, key, how) for leaves and tensors,
+    ``shapes`` path -> the keys (a dict) or the length (a list)."""
 
     def __init__(self, root) -> None:
         self.nodes: dict[str, tuple] = {}
         self.values: dict[str, object] = {}
         self.tensors: list[tuple[str, torch.Tensor]] = []
         self.setters: dict[str, tuple] = {}
+        self.shapes: dict[str, object] = {}
         self._seen: dict[int, str] = {}
         self._visit(root, "", None)
 
@@ -79,6 +80,7 @@ class _Walk:
                 self._visit(getattr(obj, f.name), _child(path, f.name), (obj, f.name, "attr"))
         elif type(obj) is dict:
             self.nodes[path] = ("dict",)
+            self.shapes[path] = list(obj)
             for k, v in obj.items():
                 try:
                     text = encode_key(k)
@@ -87,6 +89,7 @@ class _Walk:
                 self._visit(v, f"{path}[{text}]", (obj, k, "item"))
         elif type(obj) is list:
             self.nodes[path] = ("list",)
+            self.shapes[path] = len(obj)
             for i, v in enumerate(obj):
                 self._visit(v, f"{path}[{i}]", (obj, i, "item"))
         else:
@@ -105,8 +108,7 @@ def walk(obj) -> _Walk:
 def _describe(node: tuple) -> str:
     kind = node[0]
     if kind == "tensor":
-        m = node[1]
-        return f"a {m.device} tensor {m.dtype} of shape {list(m.size)}"
+        return describe_tensor(node[1])
     if kind == "dataclass":
         return f"a {node[1]}"
     if kind == "ref":
@@ -128,7 +130,7 @@ def _compare(sent: dict, mine: dict) -> list[str]:
     return problems
 
 
-def _agree(g: BroadcastGroup, problems: list[str]) -> None:
+def _agree(g: GroupBase, problems: list[str]) -> None:
     flag = torch.tensor([1 if problems else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=g.cpu_group)
     if flag.item():
@@ -156,9 +158,29 @@ def _assign(setter, value) -> None:
         container[key] = value
 
 
-def _broadcast_dataclass(g: BroadcastGroup, obj, src: int, check: bool):
+def _receive_into(g: GroupBase, targets: list, src_global: int) -> None:
+    """Phase 2 on a receiver: tensors in the sender's order, straight into ``targets`` where
+    they are contiguous, through a temporary elsewhere."""
+    direct, copies = [], []
+    for t in targets:
+        if t.is_contiguous():
+            direct.append(t)
+        else:
+            tmp = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+            direct.append(tmp)
+            copies.append((t, tmp))
+    broadcast_tensors(direct, src_global, g.cpu_group, g.device_group, stage=g.stage)
+    with torch.no_grad():
+        for t, tmp in copies:
+            t.copy_(tmp)
+
+
+def _broadcast_dataclass(g: GroupBase, obj, src: int, check: bool, structure: str = "fixed"):
+    if structure not in _STRUCTURES:
+        raise ValueError(f"structure must be one of {_STRUCTURES}, got {structure!r}")
     if g.mq is None:
         return obj
+    dynamic = structure == "dynamic"
     src_global = g.ranks[src]
     if g.rank == src:
         try:
@@ -168,55 +190,59 @@ def _broadcast_dataclass(g: BroadcastGroup, obj, src: int, check: bool):
             tensors = []
             for path, t in w.tensors:
                 check_sendable(t, _show(path))
-                group_for(t, g.cpu_group, g.device_group, _show(path))
+                group_for(t, g.cpu_group, g.device_group, _show(path), g.stage)
                 tensors.append(t.contiguous())
         except Exception as e:
             send_error(g.mq, _KIND, e)
             raise
-        send(g.mq, _KIND, (w.nodes, w.values))
+        send(g.mq, _KIND, (w.nodes, w.values, w.shapes if dynamic else None))
         if check:
             _agree(g, [])
-        broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group)
+        broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group, stage=g.stage)
         return obj
-    nodes, values = recv(g.mq, _KIND)
-    try:
-        mine = _Walk(obj)
-        problems = _compare(nodes, mine.nodes)
-    except TypeError as e:
-        problems = [f"this rank's shell cannot be walked: {e}"]
+    nodes, values, shapes = recv(g.mq, _KIND)
+    plan = mine = None
+    if (shapes is not None) != dynamic:
+        problems = [f"the sender broadcast with structure={'dynamic' if shapes is not None else 'fixed'!r}, this rank with {structure!r}"]
+    elif dynamic:
+        plan = Plan(nodes, values, shapes, obj, g.device)
+        problems = plan.problems
+    else:
+        try:
+            mine = _Walk(obj)
+            problems = _compare(nodes, mine.nodes)
+        except TypeError as e:
+            problems = [f"this rank's shell cannot be walked: {e}"]
     if check:
         _agree(g, problems)
     elif problems:
         raise _mismatch({g.rank: problems}, g.rank)
-    # Phase 2: tensors in the sender's order, straight into the shell where it is contiguous.
+    if plan is not None:
+        _receive_into(g, plan.targets, src_global)
+        plan.commit()
+        return obj
     own = dict(mine.tensors)
-    targets, copies = [], []
-    for path, node in nodes.items():
-        if node[0] != "tensor":
-            continue
-        t = own[path]
-        if t.is_contiguous():
-            targets.append(t)
-        else:
-            tmp = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-            targets.append(tmp)
-            copies.append((t, tmp))
-    broadcast_tensors(targets, src_global, g.cpu_group, g.device_group)
-    with torch.no_grad():
-        for t, tmp in copies:
-            t.copy_(tmp)
+    _receive_into(g, [own[path] for path, node in nodes.items() if node[0] == "tensor"], src_global)
     for path, value in values.items():
         _assign(mine.setters[path], value)
     return obj
 
 
-def broadcast_dataclass(obj, group: BroadcastGroup, src: int | None = None, *, check: bool = True):
-    """Broadcast the writer's dataclass tree into every receiver's shell ``obj`` (same structure,
-    tensors pre-allocated with the same dtype/shape/device), in place; returns ``obj``.
+def broadcast_dataclass(obj, group: GroupBase, src: int | None = None, *, check: bool = True, structure: str = "fixed"):
+    """Broadcast the writer's dataclass tree into every receiver's shell ``obj``, in place;
+    returns ``obj``.
+
+    ``structure="fixed"`` (default): the shell has the sender's structure (same dict keys, list
+    lengths, None where the sender has None) with tensors pre-allocated with the same
+    dtype/shape/device: every tensor is filled in place (what CUDA graphs need).
+    ``structure="dynamic"``: the sender's structure of this step wins: receivers rebuild it
+    (fields switching between None and a value, lists changing length, dicts gaining or losing
+    keys); shell tensors at the sender's tensor paths are still filled in place and must match,
+    other tensors are allocated. Every rank passes the same ``structure``.
 
     ``check=True`` adds one small all_reduce so that a mismatching receiver makes *every* rank
     raise :class:`StructureMismatchError` before any tensor moves. With ``check=False`` only the
     mismatching receiver raises; the sender and the other receivers then block in the tensor
     broadcasts (until the process group's timeout): the group is broken and must be rebuilt.
     """
-    return _broadcast_dataclass(group, obj, group.check_src(src), check)
+    return _broadcast_dataclass(group, obj, group.check_src(src), check, structure)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import RingcastError
 
-__all__ = ["BroadcastError", "SenderError", "StructureMismatchError", "FollowerError", "FollowerFailedError"]
+__all__ = ["BroadcastError", "SenderError", "StructureMismatchError", "FollowerError", "FollowerFailedError", "FollowerTimeoutError"]
 
 
 class BroadcastError(RingcastError, RuntimeError):
@@ -55,3 +55,14 @@ class FollowerFailedError(BroadcastError):
             for e in errs:
                 lines.append(f"  rank {rank}, call #{e.seq} {e.method}(): {e.exc_type}: {e.message}")
         super().__init__(f"{sum(map(len, errors.values()))} follower call(s) failed:\n" + "\n".join(lines))
+
+
+class FollowerTimeoutError(BroadcastError, TimeoutError):
+    """``Driver.run_workers(..., timeout=)`` ran out of time before every follower answered.
+    ``.missing`` lists the group ranks that did not answer; ``.results`` has, in rank order,
+    what arrived (None for the missing ranks). Their late answers are discarded."""
+
+    def __init__(self, message: str, missing: list[int], results: list) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.results = results

@@ -5,39 +5,53 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, recv, send, send_error
+from ..groups import queue_for
+from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, nested_device_tensor, recv, send, send_error
 from .errors import BroadcastError
-from .group import BroadcastGroup
+from .group import GroupBase
 
-__all__ = ["broadcast_tensor_dict"]
+__all__ = ["broadcast_tensor_dict", "broadcast_tensor_dict_with_queue"]
 
 _KIND = "tensor_dict"
 
 
-def _broadcast_tensor_dict(g: BroadcastGroup, tensor_dict, src: int):
+def _manifest(g: GroupBase, tensor_dict) -> tuple[list, list]:
+    """The sender's manifest and tensors; raises (before anything is sent) for what cannot go."""
+    if not isinstance(tensor_dict, dict):
+        raise TypeError(f"broadcast_tensor_dict() sends a dict, got {type(tensor_dict).__name__}")
+    manifest = []
+    tensors = []
+    for key, value in tensor_dict.items():
+        where = f"tensor_dict[{key!r}]"
+        if isinstance(value, torch.Tensor):
+            check_sendable(value, where)
+            group_for(value, g.cpu_group, g.device_group, where, g.stage)
+            manifest.append((key, TensorMetadata.of(value)))
+            tensors.append(value.contiguous())  # a copy for non-contiguous tensors, kept alive here
+        else:
+            found = nested_device_tensor(value, where)
+            if found is not None:
+                raise BroadcastError(
+                    f"{found[0]} is a {found[1].device.type} tensor nested inside a container: nested values are pickled "
+                    "into the manifest (through host memory, without the device group), so only CPU tensors may be "
+                    "nested; put it at the top level of the dict, or move it to the CPU"
+                )
+            manifest.append((key, value))
+    return manifest, tensors
+
+
+def _broadcast_tensor_dict(g: GroupBase, tensor_dict, src: int):
     if g.mq is None:
         return tensor_dict
     src_global = g.ranks[src]
     if g.rank == src:
         try:
-            if not isinstance(tensor_dict, dict):
-                raise TypeError(f"broadcast_tensor_dict() sends a dict, got {type(tensor_dict).__name__}")
-            manifest = []
-            tensors = []
-            for key, value in tensor_dict.items():
-                if isinstance(value, torch.Tensor):
-                    where = f"tensor_dict[{key!r}]"
-                    check_sendable(value, where)
-                    group_for(value, g.cpu_group, g.device_group, where)
-                    manifest.append((key, TensorMetadata.of(value)))
-                    tensors.append(value.contiguous())  # a copy for non-contiguous tensors, kept alive here
-                else:
-                    manifest.append((key, value))
+            manifest, tensors = _manifest(g, tensor_dict)
         except Exception as e:
             send_error(g.mq, _KIND, e)
             raise
         send(g.mq, _KIND, manifest)
-        broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group)
+        broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group, stage=g.stage)
         return tensor_dict
     manifest = recv(g.mq, _KIND)
     out = {}
@@ -55,28 +69,57 @@ def _broadcast_tensor_dict(g: BroadcastGroup, tensor_dict, src: int):
             out[key] = t
         else:
             out[key] = value
-    broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group)
+    broadcast_tensors(tensors, src_global, g.cpu_group, g.device_group, stage=g.stage)
     return out
 
 
-def broadcast_tensor_dict(tensor_dict=None, src: int = 0, group=None, mq=None, device_group=None, *, device=None):
-    """Broadcast a dict whose values may be tensors, from group rank ``src`` (the queue's writer).
+def broadcast_tensor_dict(
+    tensor_dict=None, src: int = 0, group=None, metadata_group=None, *, mq=None, device=None, stage_device_tensors: bool = False
+):
+    """vLLM's shape (``GroupCoordinator.broadcast_tensor_dict``): broadcast a dict whose values
+    may be tensors from group rank ``src`` (the queue's writer); returns the dict on every rank
+    (the sender gets its own dict back).
 
-    ``group`` is a :class:`BroadcastGroup` (then ``mq``/``device_group`` are taken from it) or
-    the CPU process group, with ``mq`` the queue made by :func:`create_from_process_group` over it.
-    Two phases: the manifest (keys; ``TensorMetadata`` for tensors; other values as they are) goes
-    through the queue; then every tensor goes through ``torch.distributed.broadcast`` (CPU
-    tensors on the CPU group, CUDA tensors on ``device_group``), issued asynchronously and
-    awaited. Receivers allocate with ``torch.empty`` on their own device. Returns the dict on
-    every rank (the sender gets its own dict back).
+    ``group`` is the *device* group (NCCL): CUDA tensors travel over it. ``metadata_group`` is the
+    *CPU* group (gloo): its queue carries the manifest (keys; ``TensorMetadata`` for tensors;
+    other values as they are) and CPU tensors travel over it. ``group`` defaults to the world
+    group, ``metadata_group`` to ``group`` (fine when that is a gloo group). The queue is ``mq``,
+    or the one :func:`create_from_process_group` made over ``metadata_group`` with writer
+    ``src`` in this process. Either argument may also be a :class:`BroadcastGroup`, which brings
+    its own groups and queue. A tensor its group's backend cannot carry (a CPU tensor on an NCCL
+    metadata group, a CUDA tensor on a gloo-only device group) is refused on every rank before
+    the manifest goes out: the sender raises :class:`BroadcastError`, the receivers
+    :class:`SenderError`. Receivers allocate with ``torch.empty`` on ``device`` (default: the
+    current CUDA device for CUDA tensors).
     """
-    if isinstance(group, BroadcastGroup):
-        return group.broadcast_tensor_dict(tensor_dict, src)
+    for given in (metadata_group, group):
+        if isinstance(given, GroupBase):
+            return _broadcast_tensor_dict(given, tensor_dict, given.check_src(src))
     if group is None:
         group = dist.group.WORLD
-    if mq is None and dist.get_world_size(group) > 1:
-        raise ValueError("broadcast_tensor_dict() needs mq= (from create_from_process_group) or a BroadcastGroup as group=")
-    rank = dist.get_rank(group)
+    if metadata_group is None:
+        metadata_group = group
+    if mq is None:
+        mq = queue_for(metadata_group, src)
+    return broadcast_tensor_dict_with_queue(tensor_dict, src, metadata_group, mq, group, device=device, stage_device_tensors=stage_device_tensors)
+
+
+def broadcast_tensor_dict_with_queue(
+    tensor_dict=None, src: int = 0, cpu_group=None, mq=None, device_group=None, *, device=None, stage_device_tensors: bool = False
+):
+    """The explicit spelling (ringcast's earlier ``broadcast_tensor_dict``): ``cpu_group`` (the
+    group the queue ``mq`` was made over), ``mq``, and the device group. Same protocol as
+    :func:`broadcast_tensor_dict`."""
+    if isinstance(cpu_group, GroupBase):
+        return _broadcast_tensor_dict(cpu_group, tensor_dict, cpu_group.check_src(src))
+    if cpu_group is None:
+        cpu_group = dist.group.WORLD
+    if mq is None and dist.get_world_size(cpu_group) > 1:
+        raise ValueError(
+            f"broadcast_tensor_dict() found no queue with writer group rank {src} over this metadata (CPU) group: make one "
+            "with create_from_process_group(cpu_group, ..., writer_rank=src) in this process, or pass mq= or a BroadcastGroup"
+        )
+    rank = dist.get_rank(cpu_group)
     known = getattr(mq, "_group_writer_rank", None)
     if known is not None and known != src:
         raise BroadcastError(f"src={src} but the queue's writer is group rank {known}: only the writer can send over this queue")
@@ -85,7 +128,7 @@ def broadcast_tensor_dict(tensor_dict=None, src: int = 0, group=None, mq=None, d
             f"src={src} must be the queue's writer: this process is group rank {rank} and its queue side is a "
             f"{'writer' if mq._is_writer else 'reader'}"
         )
-    g = BroadcastGroup(group, device_group, writer_rank=src, device=device, mq=mq) if mq is not None else None
-    if g is None:
+    if mq is None:
         return tensor_dict
+    g = GroupBase(cpu_group, device_group, writer_rank=src, device=device, mq=mq, stage_device_tensors=stage_device_tensors)
     return _broadcast_tensor_dict(g, tensor_dict, src)

@@ -1,0 +1,295 @@
+"""Groups of processes: building a MessageQueue over a group (below the queue layer's
+vLLM-shaped ``MessageQueue.create_from_process_group`` and the torch half).
+
+A *group* is any object of the :class:`ObjectGroup` shape: its ``rank`` and ``world_size``
+(ints; zero-argument methods of those names work too) and two object collectives,
+``broadcast_obj(obj, src)`` (``src`` is a group rank; every member returns the source's object)
+and ``all_gather_obj(obj)`` (every member returns the list of every member's object, in rank
+order). vLLM's ``StatelessProcessGroup`` (a torch-free group over a TCP store) has exactly that
+shape. A ``torch.distributed`` process group is adapted by :class:`TorchObjectGroup` (torch is
+imported only then); ``None`` means torch's default (world) group.
+
+This module imports neither the queue nor ``ringcast.torch``: :func:`queue_from_group` is given
+the queue class to build.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import weakref
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import RingcastError
+from .shm import SHM_DIR
+
+__all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queue_for"]
+
+logger = logging.getLogger("ringcast")
+
+
+@runtime_checkable
+class ObjectGroup(Protocol):
+    """The group protocol (duck-typed: nothing needs to subclass it)."""
+
+    rank: int
+    world_size: int
+
+    def broadcast_obj(self, obj: Any, src: int) -> Any:
+        """Collective: every member returns the object that group rank ``src`` passed."""
+
+    def all_gather_obj(self, obj: Any) -> list:
+        """Collective: every member returns ``[obj of rank 0, obj of rank 1, ...]``."""
+
+
+class TorchObjectGroup:
+    """A ``torch.distributed`` process group (``None``: the world group) as an
+    :class:`ObjectGroup`. Source ranks are group ranks; they are translated to the global ranks
+    torch needs, so subgroups such as ``new_group([1, 3])`` work. A process outside the group
+    has ``rank == -1``."""
+
+    def __init__(self, pg=None) -> None:
+        import torch.distributed as dist  # third party, imported only for torch groups
+
+        self._dist = dist
+        self.pg = dist.group.WORLD if pg is None else pg
+        self.rank = dist.get_rank(self.pg)
+        self.world_size = dist.get_world_size(self.pg)
+
+    def global_rank(self, group_rank: int) -> int:
+        return self._dist.get_global_rank(self.pg, group_rank)
+
+    def broadcast_obj(self, obj: Any, src: int) -> Any:
+        box = [obj if self.rank == src else None]
+        self._dist.broadcast_object_list(box, src=self.global_rank(src), group=self.pg)
+        return box[0]
+
+    def all_gather_obj(self, obj: Any) -> list:
+        out: list = [None] * self.world_size
+        self._dist.all_gather_object(out, obj, group=self.pg)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<TorchObjectGroup rank {self.rank}/{self.world_size}>"
+
+
+def _int_of(group, *names: str) -> int:
+    for name in names:
+        v = getattr(group, name, None)
+        if callable(v):
+            v = v()
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"group.{name} must be an int, got {type(v).__name__} {v!r}")
+            return v
+    raise TypeError(f"{type(group).__name__} has no {' or '.join(names)}")
+
+
+class _Adapted:
+    """A duck-typed group whose rank/world size are methods (or ``size``): normalised."""
+
+    def __init__(self, group) -> None:
+        self.group = group
+        self.rank = _int_of(group, "rank")
+        self.world_size = _int_of(group, "world_size", "size")
+
+    def broadcast_obj(self, obj: Any, src: int) -> Any:
+        return self.group.broadcast_obj(obj, src)
+
+    def all_gather_obj(self, obj: Any) -> list:
+        return self.group.all_gather_obj(obj)
+
+
+def as_object_group(group) -> ObjectGroup:
+    """``group`` as an :class:`ObjectGroup`: itself when it has the shape, a
+    :class:`TorchObjectGroup` for a ``torch.distributed`` process group or ``None``. Raises
+    ``TypeError`` naming what is missing otherwise."""
+    if isinstance(group, (TorchObjectGroup, _Adapted)):
+        return group
+    if group is None or type(group).__module__.startswith("torch."):
+        return TorchObjectGroup(group)
+    missing = [m for m in ("broadcast_obj", "all_gather_obj") if not callable(getattr(group, m, None))]
+    if missing:
+        raise TypeError(
+            f"{type(group).__name__} is not a process group: it lacks {', '.join(missing)}. Pass a torch.distributed "
+            "process group, or an object with rank, world_size, broadcast_obj(obj, src) and all_gather_obj(obj) "
+            "(vLLM's StatelessProcessGroup has that shape)"
+        )
+    if isinstance(getattr(group, "rank", None), int) and isinstance(getattr(group, "world_size", None), int):
+        return group
+    return _Adapted(group)
+
+
+# -- locality: can this process attach to the writer's shared memory? -----------------------------
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class _Probe:
+    """A tiny file in /dev/shm (the directory POSIX shm_open uses on Linux) holding a random
+    token. A process that can read it back can attach to the writer's segments: it is local."""
+
+    def __init__(self) -> None:
+        self.name = f"ringcast-probe-{os.getpid()}-{secrets.token_hex(8)}"
+        self.token = secrets.token_hex(16)
+        self.path = None
+        try:
+            fd = os.open(os.path.join(SHM_DIR, self.name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except OSError:
+            return  # no /dev/shm here: readers fall back to (hostname, boot id)
+        try:
+            os.write(fd, self.token.encode())
+        finally:
+            os.close(fd)
+        self.path = os.path.join(SHM_DIR, self.name)
+
+    def info(self) -> dict:
+        return {"name": self.name if self.path else None, "token": self.token, "host": socket.gethostname(), "boot_id": _boot_id()}
+
+    def remove(self) -> None:
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None
+
+
+def _sees(info: dict) -> bool:
+    if info["name"] is None:  # the writer has no /dev/shm: same host and same boot counts as local
+        return info["host"] == socket.gethostname() and info["boot_id"] == _boot_id()
+    try:
+        with open(os.path.join(SHM_DIR, info["name"]), "rb") as f:
+            return f.read() == info["token"].encode()
+    except OSError:
+        return False
+
+
+def check_all(group: ObjectGroup, ok: bool, msg: str | None, what: str) -> None:
+    """Collective: every member learns whether every member succeeded; all raise
+    :class:`RingcastError` together (naming the failed ranks) if one failed."""
+    out = group.all_gather_obj((ok, msg))
+    bad = [(r, m) for r, (o, m) in enumerate(out) if not o]
+    if bad:
+        raise RingcastError(f"{what} failed on group rank(s) " + "; ".join(f"{r}: {m}" for r, m in bad))
+
+
+# -- the queues made over each group (so that a group alone can name its queue) -------------------
+_queues: list[tuple[Any, int, weakref.ref]] = []
+
+
+def _ref(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def _remember(group, writer_rank: int, mq) -> None:
+    _queues[:] = [e for e in _queues if e[2]() is not None and not getattr(e[2](), "_closed", False)]
+    _queues.append((_ref(group), writer_rank, _ref(mq)))
+
+
+def queue_for(group, writer_rank: int | None = None):
+    """The newest open queue that :func:`queue_from_group` made over ``group`` (the very object
+    that was passed; torch's world group for ``None``) in this process, with writer ``writer_rank`` (any writer when None); None
+    if there is none."""
+    if group is None:
+        group = TorchObjectGroup(None).pg
+    for g, w, q in reversed(_queues):
+        mq = q()
+        if g() is group and (writer_rank is None or w == writer_rank) and mq is not None and not getattr(mq, "_closed", False):
+            return mq
+    return None
+
+
+def queue_from_group(
+    queue_cls,
+    group,
+    max_chunk_bytes: int,
+    max_chunks: int,
+    writer_rank: int = 0,
+    *,
+    connect_ip: str | None = None,
+    timeout: float | None = None,
+    force_remote: bool = False,
+    **kwargs,
+):
+    """Collective over ``group`` (every member calls it): make a ``queue_cls`` (a MessageQueue)
+    whose writer is group rank ``writer_rank`` and whose readers are all the other members.
+    Returns the writer side on ``writer_rank`` and a reader side elsewhere, each past the READY
+    handshake.
+
+    Locality is decided for real: the writer creates a probe file in /dev/shm and every member
+    reports (``all_gather_obj``) whether it can read it back; those that can attach to shared
+    memory, the others become remote readers (TCP to ``connect_ip``, default: this host's outward
+    address). ``force_remote=True`` makes *this* member join over TCP even if it could attach (a
+    per-rank choice, e.g. to exercise the remote path on one machine). The handle, or the
+    writer's error, travels with ``broadcast_obj``; if any reader fails to attach, every member
+    raises. ``kwargs`` (spin, recheck_interval, warn_interval) go to every queue side;
+    ``timeout`` bounds the READY handshake.
+    """
+    g = as_object_group(group)
+    rank, world = g.rank, g.world_size
+    if rank < 0:
+        raise ValueError("this process is not a member of the group; only members call create_from_process_group()")
+    if isinstance(writer_rank, bool) or not isinstance(writer_rank, int) or not 0 <= writer_rank < world:
+        raise ValueError(f"writer_rank must be a group rank in [0, {world}), got {writer_rank!r}")
+    if world < 2:
+        raise ValueError("a MessageQueue needs at least one reader: the group has a single member (skip the queue, there is nobody to broadcast to)")
+    is_writer = rank == writer_rank
+
+    # Phase 1: who is local? The writer's probe is visible exactly to its node's processes.
+    probe = _Probe() if is_writer else None
+    try:
+        info = g.broadcast_obj(probe.info() if probe else None, writer_rank)
+        sees = is_writer or (not force_remote and _sees(info))
+        mine = {"sees": sees, "host": socket.gethostname(), "boot_id": _boot_id()}
+        everyone = g.all_gather_obj(mine)
+    finally:
+        if probe is not None:
+            probe.remove()
+    local = [r for r in range(world) if r != writer_rank and everyone[r]["sees"]]
+    if is_writer:
+        for r in range(world):
+            e = everyone[r]
+            if r != writer_rank and not e["sees"] and e["host"] == mine["host"] and e["boot_id"] == mine["boot_id"]:
+                logger.info("ringcast: group rank %d shares this host but not its /dev/shm (a container, or force_remote): it joins over TCP", r)
+
+    # Phase 2: the writer creates the queue; the handle (or its error) goes to every reader.
+    mq = None
+    err = None
+    payload = None
+    if is_writer:
+        try:
+            mq = queue_cls(world - 1, len(local), local, max_chunk_bytes, max_chunks, connect_ip, **kwargs)
+            payload = mq.export_handle()
+        except Exception as e:  # noqa: BLE001 - reported to every rank, re-raised below
+            err = e
+            payload = f"{type(e).__name__}: {e}"
+    payload = g.broadcast_obj(payload, writer_rank)
+    if isinstance(payload, str):
+        if err is not None:
+            raise err
+        raise RingcastError(f"the writer (group rank {writer_rank}) could not create the queue: {payload}")
+    try:
+        if not is_writer:
+            try:
+                mq = queue_cls.create_from_handle(payload, rank, **kwargs)
+            except Exception as e:  # noqa: BLE001
+                err = e
+        check_all(g, err is None, None if err is None else f"{type(err).__name__}: {err}", "attaching to the queue")
+        mq.wait_until_ready(timeout)
+        mq._group_writer_rank = writer_rank  # lets helpers check src on every rank alike
+    except BaseException:
+        if mq is not None:
+            mq.close()
+        raise
+    _remember(g.pg if isinstance(g, TorchObjectGroup) else group, writer_rank, mq)
+    return mq
