@@ -77,6 +77,13 @@ def _add_bench(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
+    p.add_argument(
+        "--vllm-loader",
+        default=None,
+        metavar="PATH_OR_MODULE",
+        help="run vLLM's MessageQueue beside ringcast, from a Python file or module that provides MessageQueue "
+        "or load_vllm_shm_broadcast() (e.g. ../shared/peers/vllm_peer.py); default: an installed vLLM, if any",
+    )
 
 
 def _add_spec(sub) -> None:
@@ -226,7 +233,13 @@ def _cmd_bench(args) -> int:
     cases = all_cases(quick=args.quick)
     if args.case:
         cases = [c for c in cases if any(k in c.name for k in args.case)]
-    impls = available_impls()
+    from .bench.transports import BenchLoaderError
+
+    try:
+        impls = available_impls(args.vllm_loader)
+    except BenchLoaderError as e:
+        print(f"ringcast bench: {e}", file=sys.stderr)
+        return 2
     if args.impl:
         unknown = [i for i in args.impl if i not in impls]
         if unknown:
@@ -234,7 +247,7 @@ def _cmd_bench(args) -> int:
             return 2
         impls = {k: v for k, v in impls.items() if k in args.impl or k == "ringcast"}
     if args.list:
-        print("implementations: " + ", ".join(sorted(impls)) + "  (baseline: pickle dumps+loads in one process, hot cases)")
+        print("implementations: " + ", ".join(sorted(impls)) + "  (baselines in one process, hot cases: pickle dumps+loads, memcpy)")
         for c in cases:
             print(f"  {c.name:<28} {c.describe()}")
         return 0
@@ -243,7 +256,7 @@ def _cmd_bench(args) -> int:
         print("ringcast bench: --rounds must be >= 1", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    result = run_bench(cases, impls, rounds=rounds, quick=args.quick, progress=not args.no_progress, spin=args.ringcast_spin)
+    result = run_bench(cases, impls, rounds=rounds, quick=args.quick, progress=not args.no_progress, spin=args.ringcast_spin, vllm_loader=args.vllm_loader)
     paths = write_bench_outputs(result, args.out, plots=not args.no_plots)
     print(bench_table(result))
     print(f"({time.monotonic() - t0:.0f}s) report: {paths['markdown']}  json: {paths['json']}" + (f"  plots: {', '.join(str(p) for p in paths['plots'])}" if paths["plots"] else ""))

@@ -1,7 +1,8 @@
 """Benchmark cases: payload x readers x mode.
 
 Payloads: ``sched256`` (a ~256-byte scheduler-like dict), ``blob64k`` (64 KiB of bytes),
-``np1m`` (a 1 MiB numpy array; needs numpy). Modes:
+``dict1m`` (a small dict holding 1 MiB of ``bytes``), ``np1m`` (a 1 MiB numpy array; needs
+numpy), ``tensor64m`` (a 64 MiB CPU ``torch.Tensor``, float32; needs torch; hot mode only). Modes:
 
 * ``hot``   - back-to-back: the writer sends, waits until every reader has acknowledged (a
   shared-memory counter per reader, polled with ``sched_yield``), sends the next one. Latency is
@@ -12,8 +13,10 @@ Payloads: ``sched256`` (a ~256-byte scheduler-like dict), ``blob64k`` (64 KiB of
   until the last reader has the last message.
 * ``silent`` - nothing is sent for ``duration`` seconds: reader CPU while idle.
 
-The ``pickle`` baseline is ``pickle.loads(pickle.dumps(msg, protocol=5))`` of the same message
-in one process (hot cases only).
+Baselines in one process (hot cases only): ``pickle`` is ``pickle.loads(pickle.dumps(msg,
+protocol=5))`` of the same message; ``memcpy`` copies the message's pickled bytes (out-of-band
+buffers included) once into a preallocated buffer: the floor of any transport that copies the
+payload once.
 """
 
 from __future__ import annotations
@@ -22,19 +25,13 @@ import os
 from dataclasses import dataclass
 
 from ..stress.checker import scheduler_body
-from .transports import available
+from .transports import _has, available
 
 __all__ = ["Case", "all_cases", "make_payload", "available_impls", "PAYLOADS"]
 
-PAYLOADS = ("sched256", "blob64k", "np1m")
-
-
-def _has_numpy() -> bool:
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+PAYLOADS = ("sched256", "blob64k", "dict1m", "np1m", "tensor64m")
+_NEEDS = {"np1m": "numpy", "tensor64m": "torch"}
+_HOT_ONLY = ("tensor64m",)
 
 
 def make_payload(name: str):
@@ -46,6 +43,12 @@ def make_payload(name: str):
         import numpy as np
 
         return np.frombuffer(os.urandom(1 << 20), dtype=np.uint8).copy()
+    if name == "dict1m":
+        return {"request_id": "req-0", "step": 7, "blob": os.urandom(1 << 20), "meta": list(range(8))}
+    if name == "tensor64m":
+        import torch
+
+        return torch.rand(16 << 20, generator=torch.Generator().manual_seed(0))  # 64 MiB float32
     raise ValueError(f"unknown payload {name!r}")
 
 
@@ -70,22 +73,25 @@ class Case:
 
 
 def all_cases(quick: bool = False) -> list[Case]:
-    payloads = [p for p in PAYLOADS if p != "np1m" or _has_numpy()]
-    hot = {"sched256": 400, "blob64k": 200, "np1m": 60}
-    idle = {"sched256": 200, "blob64k": 100, "np1m": 40}
-    flood = {"sched256": 3000, "blob64k": 400, "np1m": 60}
+    payloads = [p for p in PAYLOADS if p not in _NEEDS or _has(_NEEDS[p])]
+    hot = {"sched256": 400, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 12}
+    idle = {"sched256": 200, "blob64k": 100, "dict1m": 40, "np1m": 40}
+    flood = {"sched256": 3000, "blob64k": 400, "dict1m": 60, "np1m": 60}
+    least = {"tensor64m": 4}
     f = 0.25 if quick else 1.0
     out = []
     for readers in (1, 3):
         for p in payloads:
-            out.append(Case(p, readers, "hot", max(10, int(hot[p] * f))))
+            out.append(Case(p, readers, "hot", max(least.get(p, 10), int(hot[p] * f))))
         for p in payloads:
-            out.append(Case(p, readers, "idle", max(10, int(idle[p] * f))))
+            if p not in _HOT_ONLY:
+                out.append(Case(p, readers, "idle", max(10, int(idle[p] * f))))
         for p in payloads:
-            out.append(Case(p, readers, "flood", max(10, int(flood[p] * f))))
+            if p not in _HOT_ONLY:
+                out.append(Case(p, readers, "flood", max(10, int(flood[p] * f))))
         out.append(Case("none", readers, "silent", 0, 0.3 if quick else 1.0))
     return out
 
 
-def available_impls() -> dict:
-    return available()
+def available_impls(vllm_loader: str | None = None) -> dict:
+    return available(vllm_loader)

@@ -86,13 +86,13 @@ def _cpus() -> int:
 class _Group:
     """One transport's writer and its N live readers."""
 
-    def __init__(self, name: str, n: int, ctx, spin: float | None = None) -> None:
+    def __init__(self, name: str, n: int, ctx, spin: float | None = None, vllm_loader: str | None = None) -> None:
         self.name = name
         self.n = n
         self.seq = 0
         self.procs: list = []
         self.conns: list = []
-        self.writer = make_writer(name, spin)
+        self.writer = make_writer(name, spin, vllm_loader)
         self.ack = ctx.RawArray("q", n)
         info = self.writer.prepare(n)
         try:
@@ -140,10 +140,13 @@ class _Group:
         send(("begin", case.mode in ("hot", "idle"), self.seq))
         self._wait_acks(self.seq, deadline)
         t0 = mono_ns()
+        enq: list[int] = []
         if case.mode == "hot":
             for _ in range(case.count):
                 self.seq += 1
-                send(("d", self.seq, mono_ns(), payload))
+                t = mono_ns()
+                send(("d", self.seq, t, payload))
+                enq.append(mono_ns() - t)  # the writer's time in send (enqueue)
                 self._wait_acks(self.seq, deadline)
         elif case.mode == "idle":
             for _ in range(case.count):
@@ -174,6 +177,8 @@ class _Group:
             lat = sorted(x for r in res for x in r["lat"])
             out["p50_us"] = lat[len(lat) // 2] / 1e3
             out["p99_us"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3
+            if enq:
+                out["enqueue_p50_us"] = sorted(enq)[len(enq) // 2] / 1e3
         elif case.mode == "flood":
             last = max(r["t_last"] or t0 for r in res)
             if any(r["count"] != case.count for r in res):
@@ -209,14 +214,52 @@ def _pickle_batch(case: Case, payload) -> dict:
         t0 = now()
         loads(dumps(msg, protocol=5))
         lat.append(now() - t0)
+    return _lat_stats(lat)
+
+
+def _lat_stats(lat: list[int]) -> dict:
     lat.sort()
     return {"p50_us": lat[len(lat) // 2] / 1e3, "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3}
 
 
-_METRICS = ("p50_us", "p99_us", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+def _memcpy_batch(case: Case, payload) -> dict:
+    """The floor of a one-copy transport: the message's pickled bytes (and out-of-band buffers)
+    copied once into a preallocated, already touched buffer, in this process."""
+    bufs: list = []
+    main = pickle.dumps(("d", 0, 0, payload), protocol=5, buffer_callback=bufs.append)
+    srcs = [memoryview(main), *(b.raw() for b in bufs)]
+    dst = memoryview(bytearray(sum(m.nbytes for m in srcs)))
+    spans = []
+    off = 0
+    for m in srcs:
+        spans.append((off, off + m.nbytes, m))
+        off += m.nbytes
+    lat = []
+    now = time.perf_counter_ns
+    for _ in range(case.count):
+        t0 = now()
+        for a, b, m in spans:
+            dst[a:b] = m
+        lat.append(now() - t0)
+    return _lat_stats(lat)
 
 
-def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = False, progress: bool = True, spin: float | None = None) -> dict:
+_BASELINES = {"pickle": _pickle_batch, "memcpy": _memcpy_batch}
+_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+
+
+def run_bench(
+    cases: list[Case],
+    impls: dict,
+    *,
+    rounds: int = 5,
+    quick: bool = False,
+    progress: bool = True,
+    spin: float | None = None,
+    vllm_loader: str | None = None,
+) -> dict:
+    """``vllm_loader``: where the ``vllm`` implementation's MessageQueue comes from
+    (:func:`.transports.load_message_queue_class`; None: an installed vLLM)."""
     import platform
 
     ctx = mp.get_context("spawn")
@@ -239,7 +282,7 @@ def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = 
                     continue  # see transports.py: a floor only where every process has a CPU
                 say(f"starting {name} with {n} reader(s)")
                 try:
-                    g = _Group(name, n, ctx, spin)
+                    g = _Group(name, n, ctx, spin, vllm_loader)
                     groups[name] = g
                     warm = Case("sched256", n, "hot", 20)
                     g.batch(warm, make_payload("sched256"))
@@ -250,14 +293,14 @@ def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = 
                 if case.payload != "none" and case.payload not in payloads:
                     payloads[case.payload] = make_payload(case.payload)
                 payload = payloads.get(case.payload)
-                say(f"{case.name}: {rounds} round(s) x {', '.join(groups)}" + (" + pickle" if case.mode == "hot" else ""))
+                say(f"{case.name}: {rounds} round(s) x {', '.join(groups)}" + (" + pickle, memcpy" if case.mode == "hot" else ""))
                 for r in range(rounds):
                     order = list(groups) if r % 2 == 0 else list(reversed(groups))
                     if case.mode == "hot":
-                        order.insert(len(order) // 2, "pickle")
+                        order[len(order) // 2 : len(order) // 2] = list(_BASELINES)
                     for name in order:
-                        if name == "pickle":
-                            raw[case.name].setdefault(name, []).append(_pickle_batch(case, payload))
+                        if name in _BASELINES:
+                            raw[case.name].setdefault(name, []).append(_BASELINES[name](case, payload))
                             continue
                         g = groups.get(name)
                         if g is None:
@@ -291,6 +334,7 @@ def run_bench(cases: list[Case], impls: dict, *, rounds: int = 5, quick: bool = 
         "rounds": rounds,
         "quick": quick,
         "ringcast_spin": spin,
+        "vllm_loader": vllm_loader,
         "impls": names,
         "host": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "wall_s": round(time.monotonic() - t_start, 1),
@@ -330,4 +374,20 @@ def _goals(s: dict) -> list[dict]:
     r = _get(s, "hot/np1m/3r", "ringcast", "p50_us")
     if r:
         add("1 MiB numpy, 3 readers, hot: ringcast median latency (reported)", f"{r:.0f} us", None)
+    _goals_vs_vllm_and_memcpy(s, add)
     return goals
+
+
+def _goals_vs_vllm_and_memcpy(s: dict, add) -> None:
+    """Issue 14's goals: ratios to vLLM's MessageQueue and to the one-copy (memcpy) floor."""
+    for case, lim in (("hot/sched256/1r", 0.45), ("hot/sched256/3r", 0.45), ("hot/dict1m/1r", 0.5), ("hot/dict1m/3r", 0.5)):
+        rc, vl = _get(s, case, "ringcast", "p50_us"), _get(s, case, "vllm", "p50_us")
+        if rc and vl:
+            add(f"{case}: ringcast one-way p50 <= {lim:g}x vLLM's", f"{rc:.1f} us vs {vl:.1f} us = {rc / vl:.2f}x", rc / vl <= lim)
+    for case in ("hot/dict1m/1r", "hot/dict1m/3r"):
+        enq, mc = _get(s, case, "ringcast", "enqueue_p50_us"), _get(s, case, "memcpy", "p50_us")
+        if enq and mc:
+            add(f"{case}: ringcast enqueue p50 <= 2x the memcpy floor", f"{enq:.0f} us vs {mc:.0f} us = {enq / mc:.1f}x", enq / mc <= 2)
+    rc, mc = _get(s, "hot/tensor64m/3r", "ringcast", "p50_us"), _get(s, "hot/tensor64m/3r", "memcpy", "p50_us")
+    if rc and mc:
+        add("hot/tensor64m/3r: ringcast all-readers p50 <= 1.5x one memcpy of 64 MiB", f"{rc:.0f} us vs {mc:.0f} us = {rc / mc:.1f}x", rc / mc <= 1.5)

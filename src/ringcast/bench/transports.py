@@ -13,8 +13,10 @@ way an application would use it):
   ``send_bytes`` to each;
 * ``torch``    - ``torch.distributed.broadcast_object_list`` on a gloo group (FileStore
   rendezvous: no port); only when torch is importable;
-* ``vllm``     - vLLM's ``shm_broadcast.MessageQueue``, only when vLLM is importable (never a
-  dependency);
+* ``vllm``     - vLLM's ``shm_broadcast.MessageQueue``: from an installed vLLM when importable, or
+  from the loader named by ``ringcast bench --vllm-loader`` (:func:`load_message_queue_class`: a
+  Python file or module that provides ``MessageQueue`` or ``load_vllm_shm_broadcast()``, such as
+  ``../shared/peers/vllm_peer.py``); never a dependency. It runs with its own defaults.
 * ``floor``    - not a transport anyone should use: the least a Python shared-memory broadcast
   can cost. One slot, an 8-byte sequence word and one ack word per reader, both sides
   busy-spinning without yielding, no fences, no waiting policy, no overflow: pickle, one
@@ -26,14 +28,19 @@ way an application would use it):
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import pickle
 import secrets
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-__all__ = ["TRANSPORTS", "available", "make_writer", "open_reader"]
+from ..errors import RingcastError
+
+__all__ = ["TRANSPORTS", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader"]
 
 _READY_TIMEOUT = 120.0
 
@@ -76,16 +83,86 @@ class _RingcastWriter:
             mq.close()
 
 
+class BenchLoaderError(RingcastError, ImportError):
+    """The ``--vllm-loader`` of ``ringcast bench`` cannot give a ``MessageQueue`` class."""
+
+
+_loaded: dict[str, type] = {}
+
+
+def _import_loader(spec: str):
+    path = Path(spec).expanduser()
+    if spec.endswith(".py") or os.sep in spec:
+        if not path.is_file():
+            raise BenchLoaderError(
+                f"--vllm-loader {spec!r}: no such file ({path.resolve()}); name a Python file that provides "
+                "MessageQueue or load_vllm_shm_broadcast(), e.g. ../shared/peers/vllm_peer.py, or an importable module"
+            )
+        name = path.stem  # registered under its own name: pickles referring to it (handles) resolve
+        mod = sys.modules.get(name)
+        if mod is not None and Path(getattr(mod, "__file__", "") or "").resolve() == path.resolve():
+            return mod
+        file_spec = importlib.util.spec_from_file_location(name, path)
+        if file_spec is None or file_spec.loader is None:
+            raise BenchLoaderError(f"--vllm-loader {spec!r}: {path} cannot be loaded as a Python module")
+        mod = importlib.util.module_from_spec(file_spec)
+        sys.modules[name] = mod
+        try:
+            file_spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return mod
+    return importlib.import_module(spec)
+
+
+def load_message_queue_class(spec: str) -> type:
+    """The ``MessageQueue`` class named by ``spec``: a path to a Python file, or a module name.
+
+    The module provides ``MessageQueue`` itself, or ``load_vllm_shm_broadcast()`` returning a module
+    that does (``vllm_peer.py``). Loaded once per process; raises :class:`BenchLoaderError`.
+    """
+    cls = _loaded.get(spec)
+    if cls is not None:
+        return cls
+    try:
+        mod = _import_loader(spec)
+        if not hasattr(mod, "MessageQueue") and callable(getattr(mod, "load_vllm_shm_broadcast", None)):
+            mod = mod.load_vllm_shm_broadcast()
+    except BenchLoaderError:
+        raise
+    except Exception as e:
+        raise BenchLoaderError(f"--vllm-loader {spec!r} failed to load: {type(e).__name__}: {e}") from e
+    cls = getattr(mod, "MessageQueue", None)
+    if not isinstance(cls, type):
+        raise BenchLoaderError(
+            f"--vllm-loader {spec!r}: module {mod.__name__} has no MessageQueue class and no "
+            "load_vllm_shm_broadcast() that returns a module with one"
+        )
+    _loaded[spec] = cls
+    return cls
+
+
 class _VllmWriter(_RingcastWriter):
     name = "vllm"
 
-    def __init__(self, spin: float | None = None) -> None:
+    def __init__(self, spin: float | None = None, loader: str | None = None) -> None:
         self.kw = {}
+        if loader is not None and Path(loader).expanduser().is_file():
+            loader = str(Path(loader).expanduser().resolve())  # the readers may start elsewhere
+        self.loader = loader
 
     def _cls(self):
+        if self.loader is not None:
+            return load_message_queue_class(self.loader)
         from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
 
         return MessageQueue
+
+    def reader_info(self, info, i):
+        # Pickled here, unpickled after the loader ran in the reader: a loaded module's handle
+        # may refer to the loader module, which the reader can import only then.
+        return (pickle.dumps(info), self.kw, self.loader)
 
     def connect(self) -> None:
         self.mq.wait_until_ready()
@@ -291,20 +368,26 @@ def _open_floor_reader(name: str, index: int, n_hint=None):
 TRANSPORTS = {"floor": _FloorWriter, "ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "torch": _TorchWriter, "vllm": _VllmWriter}
 
 
-def available() -> dict:
-    """Transports usable here (without importing torch or vLLM)."""
+def available(vllm_loader: str | None = None) -> dict:
+    """Transports usable here (without importing torch or vLLM; a ``vllm_loader`` is loaded)."""
     out = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter}
     if _has("torch"):
         out["torch"] = _TorchWriter
-    if _has("vllm"):
+    if vllm_loader is not None:
+        load_message_queue_class(vllm_loader)
+        out["vllm"] = _VllmWriter
+    elif _has("vllm"):
         out["vllm"] = _VllmWriter
     return out
 
 
-def make_writer(name: str, spin: float | None = None):
-    """``spin``: the ringcast wait policy's spin budget (None: library default)."""
+def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = None):
+    """``spin``: the ringcast wait policy's spin budget (None: library default); ``vllm_loader``:
+    see :func:`load_message_queue_class` (None: an installed vLLM)."""
     if name == "ringcast":
         return _RingcastWriter(spin)
+    if name == "vllm":
+        return _VllmWriter(spin, vllm_loader)
     return TRANSPORTS[name]()
 
 
@@ -313,9 +396,12 @@ def open_reader(name: str, info, index: int):
     if name in ("ringcast", "vllm"):
         if name == "ringcast":
             from ..queue import MessageQueue
+
+            handle, kw = info
         else:
-            from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
-        handle, kw = info
+            pickled, kw, loader = info
+            MessageQueue = _VllmWriter(None, loader)._cls()
+            handle = pickle.loads(pickled)
         mq = MessageQueue.create_from_handle(handle, index, **kw)
         if name == "ringcast":
             mq.wait_until_ready(timeout=_READY_TIMEOUT)

@@ -1,0 +1,121 @@
+"""``ringcast bench --vllm-loader``: a file or module that provides a MessageQueue class; new payloads
+and the memcpy baseline. The loader here is a tiny fake that re-exports ringcast's own class, so
+nothing needs the network or vLLM."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import ringcast
+from ringcast.bench import transports
+from ringcast.bench.cases import all_cases, make_payload
+from ringcast.bench.runner import _memcpy_batch
+from ringcast.bench.transports import BenchLoaderError, load_message_queue_class
+from ringcast.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _fresh_loader_cache(monkeypatch):
+    monkeypatch.setattr(transports, "_loaded", {})
+
+
+def _fake_loader(tmp_path: Path, name: str = "fake_vllm_loader", via_function: bool = False) -> Path:
+    f = tmp_path / f"{name}.py"
+    if via_function:
+        f.write_text(
+            "import types\n"
+            "from ringcast import MessageQueue as _MQ\n"
+            "def load_vllm_shm_broadcast():\n"
+            "    return types.SimpleNamespace(MessageQueue=_MQ)\n"
+        )
+    else:
+        f.write_text("from ringcast import MessageQueue\n")
+    return f
+
+
+@pytest.mark.parametrize("via_function", [False, True], ids=["MessageQueue", "load_vllm_shm_broadcast"])
+def test_loader_file_provides_message_queue(tmp_path, via_function, monkeypatch):
+    name = f"fake_loader_{int(via_function)}"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    f = _fake_loader(tmp_path, name, via_function)
+    assert load_message_queue_class(str(f)) is ringcast.MessageQueue
+    assert sys.modules[name].__file__ == str(f)  # registered under its name: pickles can find it
+    assert load_message_queue_class(str(f)) is ringcast.MessageQueue  # cached, loaded once
+
+
+def test_loader_module_name(monkeypatch):
+    assert load_message_queue_class("ringcast") is ringcast.MessageQueue
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("/nonexistent/dir/loader.py", "no such file"),
+        ("no_such_module_for_ringcast_bench", "failed to load: ModuleNotFoundError"),
+        ("json", "has no MessageQueue class"),
+    ],
+)
+def test_bad_loader_is_a_clear_error(spec, match):
+    with pytest.raises(BenchLoaderError, match=match) as e:
+        load_message_queue_class(spec)
+    assert "--vllm-loader" in str(e.value) and isinstance(e.value, ringcast.RingcastError)
+
+
+def test_loader_that_raises_is_reported(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "raising_loader", raising=False)
+    f = tmp_path / "raising_loader.py"
+    f.write_text("raise RuntimeError('torch missing here')\n")
+    with pytest.raises(BenchLoaderError, match="RuntimeError: torch missing here"):
+        load_message_queue_class(str(f))
+    assert "raising_loader" not in sys.modules
+
+
+def test_cli_lists_vllm_with_a_loader_and_rejects_a_bad_one(tmp_path, capsys, monkeypatch):
+    monkeypatch.delitem(sys.modules, "fake_vllm_loader", raising=False)
+    f = _fake_loader(tmp_path)
+    assert main(["bench", "--list", "--quick", "--vllm-loader", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "vllm" in out and "memcpy" in out and "hot/dict1m/1r" in out
+    assert main(["bench", "--list", "--vllm-loader", str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert "--vllm-loader" in err and "missing.py" in err and "no such file" in err
+
+
+@pytest.mark.timeout(120)
+def test_bench_runs_the_loaded_class_beside_ringcast(tmp_path, capsys, monkeypatch):
+    """Readers are spawned: they load the loader themselves before they unpickle the handle."""
+    monkeypatch.delitem(sys.modules, "fake_vllm_loader", raising=False)
+    f = _fake_loader(tmp_path)
+    out_dir = tmp_path / "out"
+    argv = ["bench", "--quick", "--rounds", "1", "--impl", "vllm", "--case", "hot/sched256/1r", "--out", str(out_dir)]
+    rc = main([*argv, "--no-plots", "--no-progress", "--vllm-loader", str(f)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    result = json.loads((out_dir / "bench.json").read_text())
+    impls = result["cases"]["hot/sched256/1r"]["impls"]
+    assert {"ringcast", "vllm", "pickle", "memcpy"} <= set(impls)
+    assert impls["vllm"]["p50_us"] > 0 and impls["ringcast"]["enqueue_p50_us"] > 0
+    assert result["vllm_loader"] == str(f) and not result["errors"]
+
+
+def test_new_payloads_and_cases():
+    d = make_payload("dict1m")
+    assert isinstance(d, dict) and len(d["blob"]) == 1 << 20
+    names = {c.name for c in all_cases(quick=True)}
+    assert {"hot/dict1m/1r", "hot/dict1m/3r", "idle/dict1m/3r", "flood/dict1m/1r"} <= names
+    assert {"hot/sched256/1r", "hot/blob64k/3r", "flood/sched256/3r", "silent/3r"} <= names  # kept
+    assert not any(n.startswith(("idle/tensor64m", "flood/tensor64m")) for n in names)  # hot only
+    pytest.importorskip("torch")
+    assert "hot/tensor64m/3r" in names
+    t = make_payload("tensor64m")
+    assert t.numel() * t.element_size() == 64 << 20
+
+
+def test_memcpy_baseline_copies_the_pickled_message():
+    case = next(c for c in all_cases(quick=True) if c.name == "hot/blob64k/1r")
+    st = _memcpy_batch(case, make_payload("blob64k"))
+    assert 0 < st["p50_us"] <= st["p99_us"]
