@@ -70,7 +70,20 @@ def _variants(msg, chunk: memoryview):
             chunk[off:end] = b
             off = end
 
-    return {"pickle.dumps": do_dumps, "parts": do_parts, "dumps+copy into chunk": dumps_into_chunk, "parts+copy into chunk": parts_into_chunk}
+    out = {"pickle.dumps": do_dumps, "parts": do_parts, "dumps+copy into chunk": dumps_into_chunk, "parts+copy into chunk": parts_into_chunk}
+    if "torch" in sys.modules and any(isinstance(x, sys.modules["torch"].Tensor) for x in msg):
+        ppt = PartsPickler(tensors=True)
+
+        def tensor_parts_into_chunk():
+            parts, _main_len, bufs, _total = ppt.dump(msg)
+            off = 1
+            for p in [*parts, *bufs]:
+                end = off + memoryview(p).nbytes
+                chunk[off:end] = p
+                off = end
+
+        out["parts(tensors=True)+copy"] = tensor_parts_into_chunk
+    return out
 
 
 def cmd_serialize(args) -> None:
