@@ -106,7 +106,7 @@ def stop_at_step(action, nth, evt):
     """A step hook that, at the nth occurrence of `action`, signals the parent and hangs until killed."""
     count = [0]
 
-    def hook(a, side, index):
+    def hook(a, side, index, reader):
         if a == action:
             count[0] += 1
             if count[0] == nth:
@@ -117,7 +117,7 @@ def stop_at_step(action, nth, evt):
 
 
 def reader_killed_at(handle, rank, action, nth, evt):
-    from ringcast.ring import set_step_hook
+    from ringcast.steps import set_step_hook
 
     mq = MessageQueue.create_from_handle(handle, rank)
     mq.wait_until_ready(timeout=30)
@@ -127,7 +127,7 @@ def reader_killed_at(handle, rank, action, nth, evt):
 
 
 def writer_killed_at(handle_q, action, nth, evt, msgs, mcb=64, chunks=2):
-    from ringcast.ring import set_step_hook
+    from ringcast.steps import set_step_hook
 
     mq = MessageQueue(2, 2, max_chunk_bytes=mcb, max_chunks=chunks)
     handle_q.put(mq.export_handle())
@@ -164,11 +164,11 @@ def shutdown_then_close_races(rounds):
     import threading
 
     from ringcast import Cancelled
-    from ringcast.ring import set_step_hook
+    from ringcast.steps import set_step_hook
 
     closing = threading.Event()
 
-    def hook(action, side, index):
+    def hook(action, side, index, reader):
         if action == "ParkRetire" and threading.current_thread().name == "waiter":
             closing.wait(10)
             time.sleep(0.2)  # fault injection: widen the window in which close() runs

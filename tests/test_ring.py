@@ -9,10 +9,12 @@ import threading
 import pytest
 
 from ringcast import ClosedError, HandleError, LayoutError, ShmRingBuffer, ShmSpaceError
-from ringcast import ring as ring_mod
 from ringcast import shm
+from ringcast import steps as steps_mod
+from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.layout import LAYOUT_VERSION, MAX_READERS, Layout
 from ringcast.ring import RingReader, RingWriter
+from ringcast.trace.model import PARK_ACTIONS
 
 from _procs import Children
 
@@ -25,18 +27,15 @@ def ring():
     rb.unlink()
 
 
-def write(w: RingWriter, data: bytes) -> None:
-    assert w._writer_claim()
-    w.begin()
-    w._writer_write_payload((data,))
-    w.finish()
+def write(w: WriterEndpoint, data: bytes) -> None:
+    """The endpoint's whole sequence; timeout 0: the chunk must be free now."""
+    w.publish((data,), timeout=0)
 
 
-def read(r: RingReader, n: int) -> bytes:
+def read(r: ReaderEndpoint, n: int) -> bytes:
     assert r.ready()
-    with r._reader_copy() as view:
+    with r.read_chunk(timeout=0) as view:
         data = bytes(view[:n])
-    r._reader_ack()
     return data
 
 
@@ -44,12 +43,12 @@ def test_fresh_segment_is_zeroed_and_writable(ring):
     for i in range(ring.max_chunks):
         assert ring.flags(i) == b"\x00" * 4
     assert RingWriter(ring)._writer_claim()
-    assert not RingReader(ring, 0).ready()
+    assert not ReaderEndpoint(ring, 0).ready()
 
 
 def test_four_states_and_transitions(ring):
-    w = RingWriter(ring)
-    readers = [RingReader(ring, r) for r in range(3)]
+    w = WriterEndpoint(ring)
+    readers = [ReaderEndpoint(ring, r) for r in range(3)]
     write(w, b"m0")
     assert ring.flags(0) == b"\x01\x00\x00\x00"  # 10..0 written
     assert read(readers[0], 2) == b"m0"
@@ -57,21 +56,21 @@ def test_four_states_and_transitions(ring):
     assert not readers[0].ready()  # its own flag is set: it must not read chunk 0 again
     write(w, b"m1")  # chunk 1
     assert w.index == 0
-    assert not w._writer_claim()  # chunk 0 is only partly read
+    assert not w.cursor._writer_claim()  # chunk 0 is only partly read
     assert read(readers[1], 2) == b"m0"
-    assert not w._writer_claim()
+    assert not w.cursor._writer_claim()
     assert read(readers[2], 2) == b"m0"
     assert ring.flags(0) == b"\x01\x01\x01\x01"  # 11..1 all read
-    assert w._writer_claim()
-    w.begin()
+    assert w.cursor._writer_claim()
+    w.cursor._writer_clear_written()
     assert ring.flags(0) == b"\x00\x01\x01\x01"  # 0?..? writable, being rewritten
     assert not readers[0].ready() or readers[0].index != 0
 
 
 def test_order_of_stores_flags_cleared_before_written(ring):
     """At the moment of WriterPublish every read flag is already 0 and written is 0."""
-    w = RingWriter(ring)
-    rs = [RingReader(ring, r) for r in range(3)]
+    w = WriterEndpoint(ring)
+    rs = [ReaderEndpoint(ring, r) for r in range(3)]
     for r in rs:  # one full lap so that read flags are 1 when the writer comes back
         pass
     write(w, b"a")
@@ -80,14 +79,15 @@ def test_order_of_stores_flags_cleared_before_written(ring):
         read(r, 1)
     seen = []
 
-    def hook(action, side, index):
-        seen.append((action, ring.flags(index)))
+    def hook(action, side, index, reader):
+        if action not in PARK_ACTIONS:  # the ring's steps (NotifyLoadWaiters follows them)
+            seen.append((action, ring.flags(index)))
 
-    ring_mod.set_step_hook(hook)
+    steps_mod.set_step_hook(hook)
     try:
         write(w, b"c")
     finally:
-        ring_mod.set_step_hook(None)
+        steps_mod.set_step_hook(None)
     actions = [a for a, _ in seen]
     assert actions == [
         "WriterClaim",
@@ -105,15 +105,12 @@ def test_order_of_stores_flags_cleared_before_written(ring):
 
 
 def test_reader_ack_happens_even_if_reader_raises(ring):
-    w, r = RingWriter(ring), RingReader(ring, 1)
+    w, r = WriterEndpoint(ring), ReaderEndpoint(ring, 1)
     write(w, b"x")
     assert r.ready()
     with pytest.raises(ValueError):
-        try:
-            with r._reader_copy():
-                raise ValueError
-        finally:
-            r._reader_ack()
+        with r.read_chunk():
+            raise ValueError
     assert ring.flags(0) == b"\x01\x00\x01\x00"
 
 
@@ -123,25 +120,16 @@ def test_fifo_over_many_laps_threads():
     got = {0: [], 1: []}
 
     def reader(k):
-        r = RingReader(rb, k)
+        r = ReaderEndpoint(rb, k)
         while len(got[k]) < n:
-            if r.ready():
-                with r._reader_copy() as v:
-                    got[k].append(int.from_bytes(v[:4], "little"))
-                r._reader_ack()
-            else:
-                os.sched_yield()
+            got[k].append(r.receive(lambda v: int.from_bytes(v[:4], "little"), timeout=60)[0])
 
     ts = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
     for t in ts:
         t.start()
-    w = RingWriter(rb)
+    w = WriterEndpoint(rb)
     for i in range(n):
-        while not w._writer_claim():
-            os.sched_yield()
-        w.begin()
-        w._writer_write_payload((i.to_bytes(4, "little"),))
-        w.finish()
+        w.publish((i.to_bytes(4, "little"),), timeout=60)
     for t in ts:
         t.join(60)
     rb.close()
@@ -154,9 +142,9 @@ def test_handle_and_pickle_attach(ring):
     other = pickle.loads(pickle.dumps(ring))
     try:
         assert not other.is_creator and other.name == ring.name
-        w = RingWriter(ring)
+        w = WriterEndpoint(ring)
         write(w, b"hi")
-        assert read(RingReader(other, 2), 2) == b"hi"
+        assert read(ReaderEndpoint(other, 2), 2) == b"hi"
         other.unlink()  # a no-op for a non-creator
         assert os.path.exists(f"/dev/shm/{ring.name}")
     finally:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ringcast import Cancelled, DeadReaderError, DeadWriterError, MessageQueue
-from ringcast.waiting import WaitPolicy
+from ringcast.waiting import EventCount, WaitPolicy
 
 import _workers
 from _procs import CTX, Children
@@ -29,6 +29,23 @@ def _run_thread(fn):
     t = threading.Thread(target=body, daemon=True)
     t.start()
     return t, box
+
+
+class DroppingEventCount(EventCount):
+    """Fault injection, test-side: the next ``drop`` notifications that would wake somebody are
+    silently skipped (NotifyWake does nothing)."""
+
+    __slots__ = ("drop",)
+
+    def __init__(self, ec: EventCount, drop: int) -> None:
+        super().__init__(ec.seq, ec.waiters, ec.counters)
+        self.drop = drop
+
+    def _notify_wake(self, side, index: int) -> None:
+        if self.drop:
+            self.drop -= 1
+            return
+        super()._notify_wake(side, index)
 
 
 def _wait_until(cond, timeout=10.0, what="condition"):
@@ -91,12 +108,13 @@ def test_dropped_notification_is_recovered_by_the_recheck():
         r = g.rs[0]
         t, box = _run_thread(lambda: r.dequeue(timeout=10))
         _wait_until(lambda: r.statistics().parks >= 1, what="reader parked")
-        g.w._ec_notify.drop_wakes = 1  # fault injection: lose the next wake-up
+        ep = g.w._endpoint
+        ep.notifies = dropping = DroppingEventCount(ep.notifies, 1)  # fault injection: lose the next wake-up
         g.w.enqueue("lost wake-up")
         t.join(10)
         assert box == {"value": "lost wake-up"}
         assert r.statistics().recheck_hits == 1
-        assert g.w._ec_notify.drop_wakes == 0  # the drop did happen
+        assert dropping.drop == 0  # the drop did happen
     finally:
         g.close()
 

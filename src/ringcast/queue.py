@@ -1,88 +1,48 @@
-"""MessageQueue: pickled objects over the ring, with an overflow socket and remote readers.
+"""MessageQueue: the vLLM-compatible front. Pickled objects over the ring, with an overflow
+socket and remote readers.
 
 API-compatible with vLLM's ``shm_broadcast.MessageQueue`` for ``__init__``, ``export_handle``,
 ``create_from_handle``, ``wait_until_ready``, ``enqueue``, ``dequeue``, ``broadcast_object``,
 ``acquire_write``, ``acquire_read`` and ``close``; adds ``shutdown``, ``statistics``, precise
 errors, and parking of idle waiters (:mod:`ringcast.waiting`).
 
-Chunk payload (byte 0 is the marker; the spec's overflow model, spec/RingOverflow.tla):
+What it delegates, and where a newcomer finds it:
 
-* ``0`` inline: bytes 1.. hold a pickle (protocol 5) of at most ``max_chunk_bytes - 1`` bytes;
-  the unpickler stops at its STOP opcode, so no length is stored (as in vLLM).
-* ``2`` inline with out-of-band buffers: ``u32 nbuf, u64 main_len, nbuf x u64 len`` then the
-  pickle then each buffer: large numpy arrays / bytearrays / CPU tensors are copied once, straight
-  into the chunk, and all readers share that one copy.
-* ``1`` overflow: the payload did not fit; it goes over the local ZeroMQ ipc:// XPUB socket as a
-  multipart message ``[pickle, *buffers]``. The writer sends it *before* publishing the chunk, and
-  a reader that has consumed a ``1`` marker owes itself exactly one socket message: if its wait
-  for it times out, the next ``dequeue`` receives that payload first, so a marker is always
-  paired with its own payload, in ring order.
+* the protocol, one message at a time: :mod:`ringcast.endpoint` (a :class:`WriterEndpoint` or
+  :class:`ReaderEndpoint` per local side: claim, payload, overflow pairing, publish, waiting);
+* the bytes of a message (markers, pickle, out-of-band buffers): :mod:`ringcast.framing`;
+* the sockets (overflow ipc socket, remote readers' TCP socket, CurveZMQ): :mod:`ringcast.channel`;
+* the handle and the READY handshake: :mod:`ringcast.handshake`.
 
-Remote readers (other nodes) never touch the ring: every message goes to them whole over a TCP
-XPUB socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port race).
-High-water marks are 0 (unbounded) on both ends so that ZeroMQ never drops a message; remote
-readers therefore exert no back-pressure (as in vLLM), which docs/reliability.md notes.
+What stays here is the role of this side (writer, local reader, remote reader), timeouts and
+their messages, dead-peer handling, statistics, and lifetime (``shutdown``, ``close``).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import pickle
-import secrets
-import socket as _socket
-import struct
-import sys
-import tempfile
 import time
+import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import zmq
 
-from .errors import (
-    Cancelled,
-    ClosedError,
-    DeadReaderError,
-    DeadWriterError,
-    EvictedError,
-    HandleError,
-    PayloadError,
-    RingTimeoutError,
-    RoleError,
-)
-from .ring import RingReader, RingWriter, ShmRingBuffer, get_step_hook
+from . import channel
+from .endpoint import ReaderEndpoint, WriterEndpoint
+from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError, RoleError
+from .framing import Unpickler, frame, serialize
+from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
+from .ring import ShmRingBuffer
 from .shm import process_alive
-from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, EventCount, Waiter, WaitPolicy, check_timeout
+from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics"]
 
 logger = logging.getLogger("ringcast")
 
-HANDLE_VERSION = 1
-INLINE, OVERFLOW, INLINE_OOB = 0, 1, 2
-_OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
-_U64 = struct.Struct("<Q")
-_READY = b"READY"
-_POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
-
-
-@dataclass
-class Handle:
-    """Everything a reader needs to join a queue. Picklable; send it any way you like."""
-
-    local_reader_ranks: list[int] = field(default_factory=list)
-    buffer_handle: tuple[int, int, int, str] | None = None
-    local_subscribe_addr: str | None = None
-    remote_subscribe_addr: str | None = None
-    remote_addr_ipv6: bool = False
-    n_reader: int = 0
-    #: (server public key, client public key, client secret key) when the remote channel uses
-    #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
-    remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
-    version: int = HANDLE_VERSION
 
 
 @dataclass(frozen=True)
@@ -110,48 +70,6 @@ class QueueStatistics:
     evictions: int = 0
 
 
-def _default_ip() -> str:
-    """The address other nodes reach us at: the source address of a route to a public address
-    (a UDP connect sends no packet), else the hostname's address."""
-    for family, probe in ((_socket.AF_INET, ("10.255.255.255", 1)),):
-        try:
-            with _socket.socket(family, _socket.SOCK_DGRAM) as s:
-                s.connect(probe)
-                return s.getsockname()[0]
-        except OSError:
-            pass
-    return _socket.gethostbyname(_socket.gethostname())
-
-
-def _tcp_endpoint(ip: str, port: str | int) -> str:
-    return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
-
-
-#: Descriptors a queue side needs: a ZeroMQ context (I/O thread and reaper: 2 epoll + 2 eventfd),
-#: a socket (eventfd + listener or connection), slack for reconnects. libzmq aborts the whole
-#: process when its I/O thread runs out of descriptors, so we refuse to start without them.
-_FDS_NEEDED = 16
-
-
-def _check_fd_headroom(need: int = _FDS_NEEDED) -> None:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        used = len(os.listdir("/proc/self/fd"))
-    except (ImportError, OSError):  # pragma: no cover - non-Linux
-        return
-    if soft != resource.RLIM_INFINITY and soft - used < need:
-        import errno
-
-        raise OSError(
-            errno.EMFILE,
-            f"a MessageQueue needs about {need} free file descriptors, but {used} of RLIMIT_NOFILE={soft} are in "
-            "use (libzmq would abort the process when it runs out): close descriptors or raise the limit "
-            "(ulimit -n)",
-        )
-
-
 def _check_rank_list(ranks, n_local_reader: int) -> list[int]:
     ranks = list(ranks)
     if len(ranks) != n_local_reader:
@@ -176,23 +94,6 @@ def _policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> WaitP
     return WaitPolicy(spin, recheck_interval, warn_interval, tight)
 
 
-class _AllowListUnpickler(pickle.Unpickler):
-    """An unpickler that only builds classes/functions named in an allow-list. Plain data (None,
-    bool, int, float, str, bytes, bytearray, tuple, list, dict, set) needs no entry."""
-
-    def __init__(self, file, allowed: frozenset, **kw) -> None:
-        super().__init__(file, **kw)
-        self._allowed = allowed
-
-    def find_class(self, module: str, name: str):
-        if f"{module}.{name}" in self._allowed:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"{module}.{name} is not in this reader's allowed_classes; add '{module}.{name}' to "
-            "allowed_classes if the writer is meant to send it"
-        )
-
-
 class MessageQueue:
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
 
@@ -212,6 +113,7 @@ class MessageQueue:
 
     # Safe class-level defaults so close() works on a half-built object.
     buffer: ShmRingBuffer | None = None
+    _endpoint: WriterEndpoint | ReaderEndpoint | None = None  # None: no ring on this side
     _ctx: zmq.Context | None = None
     local_socket = None
     remote_socket = None
@@ -219,6 +121,7 @@ class MessageQueue:
     _closed = False
     _busy = 0  # operations in progress (enqueue, dequeue, acquire_*, wait_until_ready)
     _auth = None
+    # The role: exactly one is True. The torch half reads _is_writer.
     _is_writer = False
     _is_local_reader = False
     _is_remote_reader = False
@@ -248,7 +151,7 @@ class MessageQueue:
         if local_reader_ranks is None:
             local_reader_ranks = list(range(n_local_reader))
         local_reader_ranks = _check_rank_list(local_reader_ranks, n_local_reader)
-        _check_fd_headroom()
+        channel.check_fd_headroom()
         if remote_curve and not zmq.has("curve"):
             raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
         self._init_common(_policy(spin, recheck_interval, warn_interval, n_local_reader))
@@ -266,30 +169,22 @@ class MessageQueue:
             if n_local_reader > 0:
                 self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks)
                 self.buffer.register_writer()
-                self._writer = RingWriter(self.buffer)
-                seq, waiters = self.buffer.read_seq_addrs()
-                # both are the writer's side for the step hook (side "writer", index: its chunk)
-                self._ec = EventCount(seq, waiters, self._counters, "writer", self._writer)  # where the writer parks
-                rseq, rwaiters = self.buffer.write_seq_addrs()
-                self._ec_notify = EventCount(rseq, rwaiters, self._counters, "writer", self._writer)  # readers park here
-                token = f"ringcast-{os.getpid()}-{secrets.token_hex(8)}"
-                if sys.platform.startswith("linux"):
-                    # Abstract socket namespace: no file to leak if the writer is killed.
-                    local_addr = f"ipc://@{token}"
-                else:  # pragma: no cover
-                    self._ipc_path = os.path.join(tempfile.gettempdir(), token + ".ipc")
-                    local_addr = f"ipc://{self._ipc_path}"
-                self.local_socket = self._xpub(local_addr)
+                ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
+                                    send_overflow=_weak(self._send_overflow))
+                ep.on_timeout, ep.on_idle = _weak(self._writer_timeout), _weak(self._writer_idle)
+                self._endpoint = ep
+                local_addr, self._ipc_path = channel.local_address()
+                self.local_socket = channel.xpub(self._ctx, local_addr)
             curve_keys = None
             if self.n_remote_reader > 0:
-                ip = connect_ip if connect_ip is not None else _default_ip()
+                ip = connect_ip if connect_ip is not None else channel.default_ip()
                 ipv6 = ":" in ip
+                secret = None
                 if remote_curve:
-                    curve_keys = self._start_curve()
-                self.remote_socket = self._xpub(_tcp_endpoint(ip, "*"), ipv6=ipv6, curve_secret=self._curve_server_secret)
+                    self._auth, secret, curve_keys = channel.start_curve(self._ctx)
+                self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), ipv6=ipv6, curve_secret=secret)
                 endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
-                port = endpoint.rsplit(":", 1)[1]
-                remote_addr = _tcp_endpoint(ip, port)
+                remote_addr = channel.tcp_endpoint(ip, endpoint.rsplit(":", 1)[1])
         except BaseException:
             self.close()
             raise
@@ -303,74 +198,17 @@ class MessageQueue:
             remote_curve_keys=curve_keys,
         )
 
-    def _start_curve(self) -> tuple[bytes, bytes, bytes]:
-        """Keys for an encrypted, authenticated remote channel, and a ZAP handler that admits only
-        the client key that travels in the handle."""
-        from zmq.auth.thread import ThreadAuthenticator
-
-        server_public, self._curve_server_secret = zmq.curve_keypair()
-        client_public, client_secret = zmq.curve_keypair()
-
-        class _OnlyHandleHolders:
-            def callback(self, domain, key):
-                return key == client_public
-
-        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("ringcast.zap"))
-        self._auth.start()
-        self._auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
-        return server_public, client_public, client_secret
-
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
         self._counters = Counters()
         self._cancelled = [False]
-        self._waiter = Waiter(policy, self._counters, self._cancelled)
         self._messages = self._bytes = self._overflows = 0
-        self._owed_overflow = False
-        self._allowed = None
+        self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
         self._evict = False
         self._evictions = 0
         self._auth = None
-        self._curve_server_secret = None
         self._ready = False
-        self._ec = self._ec_notify = None
         self._warned_at = 0.0
-        self.current_idx = 0
-
-    def _xpub(self, addr: str, ipv6: bool = False, curve_secret: bytes | None = None):
-        s = self._ctx.socket(zmq.XPUB)
-        if curve_secret is not None:
-            s.setsockopt(zmq.CURVE_SERVER, 1)
-            s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
-        s.setsockopt(zmq.XPUB_VERBOSE, 1)
-        s.setsockopt(zmq.SNDHWM, 0)
-        s.setsockopt(zmq.RCVHWM, 0)
-        s.setsockopt(zmq.LINGER, 5000)  # flush queued messages on close, but never hang forever
-        if ipv6:
-            s.setsockopt(zmq.IPV6, 1)
-        s.bind(addr)
-        return s
-
-    def _sub(self, addr: str, ipv6: bool = False, curve_keys=None):
-        if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
-            raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
-        s = self._ctx.socket(zmq.SUB)
-        if curve_keys is not None:
-            server_public, client_public, client_secret = curve_keys
-            s.setsockopt(zmq.CURVE_SERVERKEY, server_public)
-            s.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
-            s.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
-        s.setsockopt(zmq.RCVHWM, 0)
-        s.setsockopt(zmq.LINGER, 0)
-        if ipv6:
-            s.setsockopt(zmq.IPV6, 1)
-        s.setsockopt(zmq.SUBSCRIBE, b"")
-        try:
-            s.connect(addr)
-        except zmq.ZMQError as e:
-            s.close(0)
-            raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
-        return s
 
     # -- joining ---------------------------------------------------------------------------------
     def export_handle(self) -> Handle:
@@ -390,60 +228,40 @@ class MessageQueue:
         """Join as reader ``rank``. ``allowed_classes``: None trusts the writer fully (pickle); an
         iterable of ``"module.Name"`` strings restricts what messages may construct (plain data
         needs no entry) and turns anything else into a :class:`PayloadError`."""
-        if not isinstance(handle, Handle):
-            raise HandleError(f"expected a ringcast Handle (from MessageQueue.export_handle()), got {type(handle).__name__}")
-        if handle.version != HANDLE_VERSION:
-            raise HandleError(
-                f"handle version {handle.version} != {HANDLE_VERSION}: writer and readers must run the same ringcast release"
-            )
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise HandleError(f"rank must be a non-negative int, got {rank!r}")
-        _check_fd_headroom()
+        check_handle(handle, rank)
+        channel.check_fd_headroom()
         self = object.__new__(MessageQueue)
         self._init_common(_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
-            self._allowed = frozenset(allowed_classes)
+            self._unpickler.allowed = frozenset(allowed_classes)
         self.handle = handle
         self._rank = rank
         self.n_reader = handle.n_reader
         self.n_local_reader = len(handle.local_reader_ranks)
         self.n_remote_reader = handle.n_reader - self.n_local_reader
         self.local_reader_ranks = list(handle.local_reader_ranks)
-        if rank in handle.local_reader_ranks:
-            if handle.buffer_handle is None or handle.local_subscribe_addr is None:
-                raise HandleError(f"rank {rank} is a local reader but the handle has no shared-memory buffer")
-            self._is_local_reader = True
-            self.local_reader_rank = handle.local_reader_ranks.index(rank)
-        elif self.n_remote_reader > 0:
-            if handle.remote_subscribe_addr is None:
-                raise HandleError("the handle has remote readers but no remote address")
-            self._is_remote_reader = True
-            self.local_reader_rank = -1
-            self.current_idx = -1
-        else:
-            raise HandleError(
-                f"rank {rank} is not a reader of this queue: its local readers are ranks "
-                f"{handle.local_reader_ranks} and it has no remote readers; pass the rank this process "
-                "was given in local_reader_ranks"
-            )
+        local = reader_role(handle, rank)
+        self._is_local_reader = local is not None
+        self._is_remote_reader = local is None
+        self.local_reader_rank = -1 if local is None else local
         self._ctx = zmq.Context()
         try:
             if self._is_local_reader:
                 # Attach to the ring *before* subscribing: the writer counts subscriptions as proof
                 # that every local reader has attached, and may unlink the name after that.
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
-                self.buffer.register_reader(self.local_reader_rank)
-                self._reader = RingReader(self.buffer, self.local_reader_rank)
-                seq, waiters = self.buffer.write_seq_addrs()
-                r = self.local_reader_rank  # the step hook's side: the local reader index
-                self._ec = EventCount(seq, waiters, self._counters, r, self._reader)
-                wseq, wwaiters = self.buffer.read_seq_addrs()
-                self._ec_notify = EventCount(wseq, wwaiters, self._counters, r, self._reader)
-                self.local_socket = self._sub(handle.local_subscribe_addr)
+                self.buffer.register_reader(local)
+                ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
+                                    recv_overflow=_weak(self._recv_overflow))
+                ep.on_timeout, ep.on_idle = _weak(self._reader_timeout), _weak(self._reader_idle)
+                ep.what = f"{self._role()} waiting for a message"
+                self._endpoint = ep
+                self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr)
             else:
-                self.remote_socket = self._sub(handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6, curve_keys=handle.remote_curve_keys)
+                self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6,
+                                                 curve_keys=handle.remote_curve_keys)
         except BaseException:
             self.close()
             raise
@@ -458,36 +276,28 @@ class MessageQueue:
         return create_from_process_group(pg, max_chunk_bytes, max_chunks, writer_rank, **kwargs)
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
-        """The READY handshake: the writer waits until every reader has subscribed (XPUB_VERBOSE
-        delivers each subscription), then sends READY; each reader waits for READY. After it,
-        the writer unlinks the segment's name: every local reader has attached, so the segment
-        now lives exactly as long as some process maps it and cannot leak."""
+        """The READY handshake (:mod:`ringcast.handshake`): the writer waits until every reader
+        has subscribed, then sends READY; each reader waits for READY. After it, the writer
+        unlinks the segment's name: every local reader has attached, so the segment now lives
+        exactly as long as some process maps it and cannot leak."""
         with self._in_use():
-            self._wait_until_ready(timeout)
+            timeout = check_timeout(timeout)
+            self._check_open()
+            deadline = None if timeout is None else time.monotonic() + timeout
 
-    def _wait_until_ready(self, timeout: float | None) -> None:
-        timeout = check_timeout(timeout)
-        self._check_open()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self._is_writer:
-            for n, sock, kind in ((self.n_local_reader, self.local_socket, "local"), (self.n_remote_reader, self.remote_socket, "remote")):
-                got = 0
-                while got < n:
-                    msg = self._recv_frames(sock, deadline, f"waiting for {kind} reader subscriptions ({got}/{n} so far)", timeout)
-                    if msg[0][:1] == b"\x01":
-                        got += 1
-                if n:
-                    sock.send(_READY)
-            if self.buffer is not None:
-                self.buffer.unlink()
-        else:
-            sock = self.local_socket if self._is_local_reader else self.remote_socket
-            msg = self._recv_frames(sock, deadline, "waiting for the writer's READY", timeout)
-            if msg != [_READY]:
-                raise HandleError(f"expected READY from the writer, got {msg[:1]!r}: the handle's address belongs to another queue")
-        self._ready = True
+            def recv(sock, what):
+                return self._recv_frames(sock, deadline, what, timeout)
 
-    # -- helpers ---------------------------------------------------------------------------------
+            if self._is_writer:
+                writer_handshake(((self.n_local_reader, self.local_socket, "local"),
+                                  (self.n_remote_reader, self.remote_socket, "remote")), recv)
+                if self.buffer is not None:
+                    self.buffer.unlink()
+            else:
+                reader_handshake(self.local_socket if self._is_local_reader else self.remote_socket, recv)
+            self._ready = True
+
+    # -- roles and checks ------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"{self._role()} MessageQueue is closed")
@@ -498,6 +308,16 @@ class MessageQueue:
         if self._is_local_reader:
             return f"local reader {self.local_reader_rank} (rank {self._rank})"
         return f"remote reader (rank {self._rank})"
+
+    def _slot(self) -> int:
+        return self._endpoint.index if self._endpoint is not None else -1
+
+    @property
+    def current_idx(self) -> int:
+        """The chunk this side writes or reads next (vLLM's attribute; -1 for a remote reader)."""
+        if self._endpoint is not None:
+            return self._endpoint.index
+        return -1 if self._is_remote_reader else 0
 
     def _check_writer(self, op: str) -> None:
         self._check_open()
@@ -515,18 +335,13 @@ class MessageQueue:
 
     def _recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None) -> list[bytes]:
         """Receive one multipart message, honouring deadline, shutdown and a dead writer."""
-        start = time.monotonic()
-        while True:
-            self._check_cancelled(what)
-            now = time.monotonic()
-            wait = _POLL_SLICE if deadline is None else min(_POLL_SLICE, deadline - now)
-            if wait <= 0:
-                self._counters.timeouts += 1
-                raise RingTimeoutError(f"{self._role()} timed out after {now - start:.3f}s (timeout={timeout}s) {what}")
-            if sock.poll(max(1, int(wait * 1000)), zmq.POLLIN):
-                return sock.recv_multipart(copy=True)
-            if self._is_local_reader:
-                self._check_writer_alive(what)
+
+        def on_timeout(waited: float) -> RingTimeoutError:
+            self._counters.timeouts += 1
+            return RingTimeoutError(f"{self._role()} timed out after {waited:.3f}s (timeout={timeout}s) {what}")
+
+        idle = (lambda: self._check_writer_alive(what)) if self._is_local_reader else _nothing
+        return channel.recv_frames(sock, deadline, lambda: self._check_cancelled(what), idle, on_timeout)
 
     def _check_writer_alive(self, what: str) -> None:
         pid, start = self.buffer.writer_process()
@@ -542,37 +357,11 @@ class MessageQueue:
             logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self._role(), os.getpid(), waited, detail)
 
     # -- writing ---------------------------------------------------------------------------------
-    @staticmethod
-    def _serialize(obj) -> tuple[bytes, list]:
-        bufs: list = []
-        try:
-            main = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-        except Exception as e:
-            raise PayloadError(
-                f"cannot pickle {type(obj).__name__} for the queue: {e}; nothing was written. Send picklable "
-                "objects (plain data, dataclasses), or convert this one first"
-            ) from e
-        if not bufs:
-            return main, bufs
-        raws = []
-        for b in bufs:
-            try:
-                raws.append(b.raw())
-            except BufferError:  # non-contiguous: fall back to a contiguous copy
-                raws.append(memoryview(bytes(memoryview(b))))
-        return main, raws
-
-    def _writer_wait_claim(self, timeout: float | None) -> None:
-        w = self._writer
-        if w._writer_claim():
-            return
-        self._waiter.wait(w._writer_claim, self._ec, timeout, self._writer_timeout, self._writer_idle, "writer waiting for a free chunk")
-
     def _writer_slot_detail(self) -> str:
-        w = self._writer
-        unread = w.unread_readers()
+        ep = self._endpoint
+        unread = ep.unread_readers()
         ranks = [self.local_reader_ranks[r] for r in unread]
-        return f"slot {w.index} flags {w.ring.flags(w.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
+        return f"slot {ep.index} flags {self.buffer.flags(ep.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
 
     def _writer_timeout(self, waited: float) -> RingTimeoutError:
         return RingTimeoutError(
@@ -581,27 +370,23 @@ class MessageQueue:
         )
 
     def _writer_idle(self, waited: float) -> None:
-        w = self._writer
-        dead = self.buffer.dead_readers(w.unread_readers())
+        ep = self._endpoint
+        dead = self.buffer.dead_readers(ep.unread_readers())
         if dead:
             names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
             if not self._evict:
                 raise DeadReaderError(
-                    f"writer waited {waited:.3f}s for slot {w.index}, which {names} will never release: the process is "
+                    f"writer waited {waited:.3f}s for slot {ep.index}, which {names} will never release: the process is "
                     "dead. Restart the group (a dead reader also misses every message from here on), or construct "
                     "the queue with evict_dead_readers=True to go on without it"
                 )
             for r, _pid in dead:
-                w._writer_evict(r)
+                ep.evict(r)
                 self._evictions += 1
-            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, w.index)
+            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, ep.index)
         self._log_long_wait(waited, self._writer_slot_detail())
 
-    # Spec: WriterSendOverflow
-    def _writer_send_overflow(self, frames) -> None:
-        hook = get_step_hook()
-        if hook is not None:
-            hook("WriterSendOverflow", "writer", self._writer.index)
+    def _send_overflow(self, frames) -> None:
         self.local_socket.send_multipart(frames, copy=True)
 
     def enqueue(self, obj, timeout: float | None = None) -> None:
@@ -609,80 +394,46 @@ class MessageQueue:
         chunks unread by some local reader), at most ``timeout`` seconds."""
         self._busy += 1
         try:
-            self._enqueue(obj, timeout)
+            if self._closed or not self._is_writer:
+                self._check_writer("enqueue")
+            if timeout is not None:
+                timeout = check_timeout(timeout)
+            if self._cancelled[0]:
+                self._check_cancelled("enqueue")
+            main, bufs = serialize(obj)
+            size = len(main) + sum(b.nbytes for b in bufs) if bufs else len(main)
+            ep = self._endpoint
+            if ep is not None:
+                parts, overflow = frame(main, bufs, size, self.buffer.max_chunk_bytes)
+                ep.publish(parts, timeout, overflow)
+                if overflow is not None:
+                    self._overflows += 1
+            if self.n_remote_reader > 0:
+                self.remote_socket.send_multipart([main, *bufs], copy=True)
+            self._messages += 1
+            self._bytes += size
         finally:
             self._busy -= 1
-
-    def _enqueue(self, obj, timeout: float | None) -> None:
-        if self._closed or not self._is_writer:
-            self._check_writer("enqueue")
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        if self._cancelled[0]:
-            self._check_cancelled("enqueue")
-        main, bufs = self._serialize(obj)
-        size = len(main) + sum(b.nbytes for b in bufs) if bufs else len(main)
-        if self.n_local_reader > 0:
-            mcb = self.buffer.max_chunk_bytes
-            if not bufs:
-                kind = INLINE if len(main) <= mcb - 1 else OVERFLOW
-            else:
-                head = 1 + _OOB_HEAD.size + _U64.size * len(bufs)
-                kind = INLINE_OOB if head + size <= mcb else OVERFLOW
-            self._writer_wait_claim(timeout)
-            w = self._writer
-            w.begin()
-            if kind == INLINE:
-                w._writer_write_payload((b"\x00", main))
-            elif kind == INLINE_OOB:
-                head_bytes = b"\x02" + _OOB_HEAD.pack(len(bufs), len(main)) + b"".join(_U64.pack(b.nbytes) for b in bufs)
-                w._writer_write_payload((head_bytes, main, *bufs))
-            else:
-                w._writer_write_payload((b"\x01",))
-                self._writer_send_overflow([main, *bufs])
-                self._overflows += 1
-            w.finish()
-            self.current_idx = w.index
-            self._ec_notify.notify()
-        if self.n_remote_reader > 0:
-            self.remote_socket.send_multipart([main, *bufs], copy=True)
-        self._messages += 1
-        self._bytes += size
 
     @contextmanager
     def acquire_write(self, timeout: float | None = None):
         """Claim the next chunk and yield its ``max_chunk_bytes`` memoryview; publish on normal
         exit. If the block raises, nothing is published (the chunk stays writable)."""
         with self._in_use():
-            yield from self._acquire_write(timeout)
-
-    def _acquire_write(self, timeout: float | None):
-        self._check_writer("acquire_write")
-        if self.buffer is None:
-            raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
-        timeout = check_timeout(timeout)
-        self._check_cancelled("acquire_write")
-        self._writer_wait_claim(timeout)
-        w = self._writer
-        w.begin()
-        with w.data_view() as view:
-            yield view
-        w.finish()
-        self.current_idx = w.index
-        self._ec_notify.notify()
+            self._check_writer("acquire_write")
+            if self.buffer is None:
+                raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
+            timeout = check_timeout(timeout)
+            self._check_cancelled("acquire_write")
+            with self._endpoint.write_chunk(timeout) as view:
+                yield view
 
     # -- reading ---------------------------------------------------------------------------------
-    def _reader_wait_ready(self, timeout: float | None) -> None:
-        r = self._reader
-        if r.ready():
-            return
-        self._waiter.wait(r.ready, self._ec, timeout, self._reader_timeout, self._reader_idle, f"{self._role()} waiting for a message")
-
     def _reader_timeout(self, waited: float) -> RingTimeoutError:
-        r = self._reader
+        i = self._endpoint.index
         return RingTimeoutError(
-            f"{self._role()} timed out after {waited:.3f}s waiting for slot {r.index} "
-            f"(flags {self.buffer.flags(r.index).hex()}): the writer has not published it; is it alive and enqueueing?"
+            f"{self._role()} timed out after {waited:.3f}s waiting for slot {i} "
+            f"(flags {self.buffer.flags(i).hex()}): the writer has not published it; is it alive and enqueueing?"
         )
 
     def _reader_idle(self, waited: float) -> None:
@@ -691,123 +442,50 @@ class MessageQueue:
                 f"{self._role()} (pid {os.getpid()}) was evicted by the writer, which judged this process dead "
                 "(a PID namespace the writer cannot see into, or a stale pid): it receives nothing more; rejoin a new queue"
             )
-        self._check_writer_alive(f"waited {waited:.3f}s for slot {self._reader.index}")
-        self._log_long_wait(waited, f"slot {self._reader.index} flags {self.buffer.flags(self._reader.index).hex()}")
+        i = self._endpoint.index
+        self._check_writer_alive(f"waited {waited:.3f}s for slot {i}")
+        self._log_long_wait(waited, f"slot {i} flags {self.buffer.flags(i).hex()}")
 
-    # Spec: ReaderRecvOverflow
-    def _reader_recv_overflow(self, deadline: float | None, timeout: float | None):
-        hook = get_step_hook()
-        if hook is not None:
-            hook("ReaderRecvOverflow", self.local_reader_rank, self._reader.index)
-        self._owed_overflow = True
+    def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list[bytes]:
         frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout)
-        self._owed_overflow = False
         self._overflows += 1
         return frames
-
-    def _loads(self, data, buffers=()):
-        if self._allowed is None:
-            return pickle.loads(data, buffers=buffers)
-        return _AllowListUnpickler(io.BytesIO(data), self._allowed, buffers=buffers).load()
-
-    def _loads_frames(self, frames: list[bytes]):
-        try:
-            return self._loads(frames[0], frames[1:])
-        except Exception as e:
-            raise PayloadError(f"{self._role()} could not unpickle a message: {e!r}; the message is skipped") from e
 
     def dequeue(self, timeout: float | None = None):
         """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds."""
         self._busy += 1
         try:
-            return self._dequeue(timeout)
-        finally:
-            self._busy -= 1
-
-    def _dequeue(self, timeout: float | None):
-        if self._closed or self._is_writer:
-            self._check_reader("dequeue")
-        if timeout is None:
-            deadline = None
-        else:
-            deadline = time.monotonic() + check_timeout(timeout)
-        if self._cancelled[0]:
-            self._check_cancelled("dequeue")
-        if self._is_remote_reader:
-            frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout)
+            if self._closed or self._is_writer:
+                self._check_reader("dequeue")
+            deadline = None if timeout is None else time.monotonic() + check_timeout(timeout)
+            if self._cancelled[0]:
+                self._check_cancelled("dequeue")
+            ep = self._endpoint
+            if ep is None:  # a remote reader
+                frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout)
+            else:
+                obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
+                if frames is None:
+                    self._messages += 1
+                    return obj
             self._messages += 1
             self._bytes += sum(len(f) for f in frames)
-            return self._loads_frames(frames)
-        if self._owed_overflow:  # a previous dequeue consumed a marker but timed out on its payload
-            return self._finish_overflow(deadline, timeout)
-        self._reader_wait_ready(timeout)
-        r = self._reader
-        overflow = False
-        try:
-            with r._reader_copy() as view:
-                kind = view[0]
-                if kind == INLINE:
-                    obj = self._loads(view[1:])
-                elif kind == INLINE_OOB:
-                    nbuf, main_len = _OOB_HEAD.unpack_from(view, 1)
-                    off = 1 + _OOB_HEAD.size
-                    lens = [_U64.unpack_from(view, off + 8 * k)[0] for k in range(nbuf)]
-                    off += 8 * nbuf
-                    main = view[off : off + main_len]
-                    off += main_len
-                    buffers = []
-                    for n in lens:
-                        buffers.append(bytearray(view[off : off + n]))  # copy out: the chunk is reused
-                        off += n
-                    obj = self._loads(main, buffers)
-                    main.release()
-                    self._bytes += sum(lens)
-                elif kind == OVERFLOW:
-                    overflow = True
-                else:
-                    raise PayloadError(f"{self._role()} found marker byte {kind} in slot {r.index}: the segment is corrupt")
-        except PayloadError:
-            raise
-        except Exception as e:
-            raise PayloadError(f"{self._role()} could not unpickle the message in slot {r.index}: {e!r}; the slot is released and the next dequeue() gets the next message") from e
+            return self._unpickler.from_frames(frames)
         finally:
-            r._reader_ack()
-            self.current_idx = r.index
-            self._ec_notify.notify()
-        if overflow:
-            self._owed_overflow = True
-            return self._finish_overflow(deadline, timeout)
-        self._messages += 1
-        return obj
-
-    def _finish_overflow(self, deadline, timeout):
-        frames = self._reader_recv_overflow(deadline, timeout)
-        self._messages += 1
-        self._bytes += sum(len(f) for f in frames)
-        return self._loads_frames(frames)
+            self._busy -= 1
 
     @contextmanager
     def acquire_read(self, timeout: float | None = None):
         """Wait for the next chunk and yield its memoryview; mark it read on exit, also when the
         block raises. Local readers only."""
         with self._in_use():
-            yield from self._acquire_read(timeout)
-
-    def _acquire_read(self, timeout: float | None):
-        self._check_reader("acquire_read")
-        if not self._is_local_reader:
-            raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
-        timeout = check_timeout(timeout)
-        self._check_cancelled("acquire_read")
-        self._reader_wait_ready(timeout)
-        r = self._reader
-        try:
-            with r._reader_copy() as view:
+            self._check_reader("acquire_read")
+            if not self._is_local_reader:
+                raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
+            timeout = check_timeout(timeout)
+            self._check_cancelled("acquire_read")
+            with self._endpoint.read_chunk(timeout) as view:
                 yield view
-        finally:
-            r._reader_ack()
-            self.current_idx = r.index
-            self._ec_notify.notify()
 
     def broadcast_object(self, obj=None):
         """Writer: enqueue ``obj`` and return it. Reader: return the next message."""
@@ -822,7 +500,7 @@ class MessageQueue:
         return QueueStatistics(
             role="writer" if self._is_writer else ("local_reader" if self._is_local_reader else "remote_reader"),
             messages=self._messages,
-            bytes=self._bytes,
+            bytes=self._bytes + self._unpickler.oob_bytes,
             overflows=self._overflows,
             waits=c.waits,
             spins=c.spins,
@@ -846,9 +524,11 @@ class MessageQueue:
         """Make every current and future wait of this queue object raise :class:`Cancelled`.
         Safe to call from another thread; ``close()`` afterwards releases everything."""
         self._cancelled[0] = True
-        for ec in (self._ec, self._ec_notify):
-            if ec is not None and self.buffer is not None and not self.buffer.closed:
-                ec.wake_all()
+        ep = self._endpoint
+        if ep is not None and self.buffer is not None and not self.buffer.closed:
+            for ec in (ep.parks_on, ep.notifies):
+                if ec is not None:
+                    ec.wake_all()
 
     def close(self) -> None:
         """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent.
@@ -890,9 +570,8 @@ class MessageQueue:
             except FileNotFoundError:
                 pass
         if self.buffer is not None:
-            reader = getattr(self, "_reader", None)
-            if reader is not None:
-                reader.release()
+            if isinstance(self._endpoint, ReaderEndpoint):
+                self._endpoint.release()
             self.buffer.unlink()
             self.buffer.close()
 
@@ -904,3 +583,19 @@ class MessageQueue:
 
     def __repr__(self) -> str:
         return f"<MessageQueue {self._role()} n_reader={getattr(self, 'n_reader', '?')} closed={self._closed}>"
+
+
+def _nothing() -> None:
+    pass
+
+
+def _weak(method):
+    """``method`` of a MessageQueue, called through a weak reference: the queue's endpoint and
+    unpickler call back into it, and a queue that nobody closed must still be freed as soon as
+    its last reference goes (no reference cycle waiting for the garbage collector)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args):
+        return ref()(*args)
+
+    return call

@@ -4,7 +4,9 @@ Layout and states: :mod:`ringcast.layout`. The protocol, step by step, is the me
 :class:`RingWriter` and :class:`RingReader` below; each method named ``_writer_*`` or
 ``_reader_*`` is one action of ``spec/Ring.tla`` with the same name in CamelCase, and the
 stateful tests (tests/stateful/) use the same names. Before each shared-memory access the code
-calls the step hook (:func:`set_step_hook`), which is ``None`` in production.
+calls the step hook (:mod:`ringcast.steps`), which is ``None`` in production. The order of the
+steps for one message (and the waiting between them) is not here: it is
+:mod:`ringcast.endpoint`'s, the only caller of these methods.
 
 Fences (``atomics.fence``, a sequentially consistent fence). Which are needed is what TLC
 shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table"):
@@ -33,27 +35,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from . import steps as _steps
 from .atomics import address_of, fence
 from .errors import ClosedError, HandleError
 from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
 from .shm import SHM_DIR, Segment, process_alive, process_start_time
 
-__all__ = ["ShmRingBuffer", "RingWriter", "RingReader", "set_step_hook"]
-
-#: Called as ``_step_hook(action, side, index)`` before every shared-memory access of the
-#: protocol when not None (tests/stateful installs one; production leaves it None).
-_step_hook = None
-
-
-def set_step_hook(fn) -> None:
-    """Install (or, with None, remove) the process-wide step hook. Test-only."""
-    global _step_hook
-    _step_hook = fn
-
-
-def get_step_hook():
-    return _step_hook
-
+__all__ = ["ShmRingBuffer", "RingWriter", "RingReader"]
 
 class ShmRingBuffer:
     """The segment: ``ShmRingBuffer(n_reader, max_chunk_bytes, max_chunks)`` creates it (zeroed
@@ -212,7 +200,8 @@ class RingWriter:
         self.index = 0
         n = ring.n_reader
         self._all_read = b"\x01" * n
-        self._readers = list(range(n))  # whose flags finish() clears: every reader not evicted
+        #: the readers whose flags the writer clears for each message: every reader not evicted
+        self.live_readers = list(range(n))
         self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
         self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
         self._m, self._d = self._metas[0], self._datas[0]
@@ -221,8 +210,8 @@ class RingWriter:
     # Spec: WriterClaim
     def _writer_claim(self) -> bool:
         """Is the chunk at ``index`` writable (``0?..?``) or read by all (``11..1``)?"""
-        if _step_hook is not None:
-            _step_hook("WriterClaim", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterClaim", "writer", self.index, None)
         m = self._m
         flags = self.buf[m : m + self._stride]
         fence()  # F1
@@ -230,16 +219,16 @@ class RingWriter:
 
     # Spec: WriterClearWritten
     def _writer_clear_written(self) -> None:
-        if _step_hook is not None:
-            _step_hook("WriterClearWritten", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterClearWritten", "writer", self.index, None)
         self.buf[self._m] = 0  # no fence here: F7 orders this store before the flag clears
 
     # Spec: WriterWritePayload
     def _writer_write_payload(self, parts) -> int:
         """Store ``parts`` (bytes-like objects) back to back from the start of the claimed chunk;
         return the number of bytes written."""
-        if _step_hook is not None:
-            _step_hook("WriterWritePayload", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterWritePayload", "writer", self.index, None)
         buf = self.buf
         off = self._d
         for part in parts:
@@ -250,14 +239,14 @@ class RingWriter:
 
     # Spec: WriterClearReadFlag
     def _writer_clear_read_flag(self, r: int) -> None:
-        if _step_hook is not None:
-            _step_hook("WriterClearReadFlag", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterClearReadFlag", "writer", self.index, r)
         self.buf[self._m + 1 + r] = 0
 
     # Spec: WriterPublish
     def _writer_publish(self) -> None:
-        if _step_hook is not None:
-            _step_hook("WriterPublish", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterPublish", "writer", self.index, None)
         fence()  # F3
         self.buf[self._m] = 1
         i = self.index + 1
@@ -272,26 +261,15 @@ class RingWriter:
         chunk (so no chunk waits for it), and never clear its flag again. Only the writer calls
         this, between messages (spec: evict_correct; evict_keeps_clearing shows why the flag must
         stay set)."""
-        if _step_hook is not None:
-            _step_hook("WriterEvict", "writer", self.index)
+        if _steps.hook is not None:
+            _steps.hook("WriterEvict", "writer", self.index, r)
         buf = self.buf
         off = Layout.reader_state_offset(r)
         buf[off : off + 4] = READER_EVICTED.to_bytes(4, "little")
-        if r in self._readers:
-            self._readers.remove(r)
+        if r in self.live_readers:
+            self.live_readers.remove(r)
         for m in self._metas:
             buf[m + 1 + r] = 1
-
-    def begin(self) -> None:
-        """After a successful claim: ``written := 0``."""
-        self._writer_clear_written()
-
-    def finish(self) -> None:
-        """After the payload: clear every read flag, then publish (the order the spec proves)."""
-        fence()  # F7
-        for r in self._readers:
-            self._writer_clear_read_flag(r)
-        self._writer_publish()
 
     def data_view(self):
         return memoryview(self.buf)[self._d : self._d + self.ring.max_chunk_bytes]
@@ -300,7 +278,7 @@ class RingWriter:
         flags = self.ring.flags(self.index)
         if flags[0] == 0:
             return []
-        return [r for r in self._readers if flags[1 + r] == 0]
+        return [r for r in self.live_readers if flags[1 + r] == 0]
 
 
 class RingReader:
@@ -328,28 +306,21 @@ class RingReader:
 
     # Spec: ReaderLoadWritten
     def _reader_load_written(self) -> int:
-        if _step_hook is not None:
-            _step_hook("ReaderLoadWritten", self.r, self.index)
+        if _steps.hook is not None:
+            _steps.hook("ReaderLoadWritten", self.r, self.index, None)
         return self.buf[self._w]
 
     # Spec: ReaderLoadReadFlag
     def _reader_load_read_flag(self) -> int:
-        if _step_hook is not None:
-            _step_hook("ReaderLoadReadFlag", self.r, self.index)
+        if _steps.hook is not None:
+            _steps.hook("ReaderLoadReadFlag", self.r, self.index, None)
         return self.buf[self._f]
-
-    def ready(self) -> bool:
-        """Is the chunk at ``index`` written and not yet read by us?"""
-        if self._reader_load_written() != 1 or self._reader_load_read_flag() != 0:
-            return False
-        fence()  # F4
-        return True
 
     # Spec: ReaderCopy
     def _reader_copy(self):
         """A memoryview of the chunk to read from; the caller copies out what it needs."""
-        if _step_hook is not None:
-            _step_hook("ReaderCopy", self.r, self.index)
+        if _steps.hook is not None:
+            _steps.hook("ReaderCopy", self.r, self.index, None)
         return self._mv[self._d : self._d + self.ring.max_chunk_bytes]
 
     def release(self) -> None:
@@ -358,8 +329,8 @@ class RingReader:
 
     # Spec: ReaderAck
     def _reader_ack(self) -> None:
-        if _step_hook is not None:
-            _step_hook("ReaderAck", self.r, self.index)
+        if _steps.hook is not None:
+            _steps.hook("ReaderAck", self.r, self.index, None)
         fence()  # F5
         self.buf[self._f] = 1
         i = self.index + 1

@@ -27,13 +27,15 @@ re-check, which comes after its announce, sees the published chunk. If the notif
 waiter, it bumps ``seq`` after the waiter's snapshot, so ``futex_wait`` either returns at once
 (value changed) or is woken. spec/ models exactly these steps (spec/park_*.cfg) and refutes the
 variant without ParkRecheck. Each step is one method (tagged with a ``Spec:`` comment), which calls
-the step hook (``ringcast.ring.set_step_hook``; None in production) before its shared-memory
-access, so tests/stateful can drive a parked side step by step.
+the step hook (:mod:`ringcast.steps`; None in production) before its shared-memory access, so
+tests/stateful can drive a parked side step by step. Which eventcount a side parks on and which
+it notifies is the endpoint's business (:mod:`ringcast.endpoint`).
 
 Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
 out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
 timeout by microseconds) and ``recheck_hits`` counts it. It should stay 0; the stress suite
-reports it, and a test drops a notification on purpose to show the cap recovers it.
+reports it, and a test (tests/test_waiting.py, with a test-side EventCount that drops a
+notification) shows the cap recovers it.
 
 Why a futex and not the alternatives (numbers in docs/waiting.md, measured by
 ``python tools/bench_wake.py``): a named POSIX semaphore needs one post per sleeper and leaks its
@@ -51,7 +53,7 @@ import time
 from dataclasses import dataclass
 
 from . import atomics
-from . import ring as _ring  # the step hook: ``_ring._step_hook`` (one process-wide global, see ring.set_step_hook)
+from . import steps as _steps
 from .atomics import HAVE_FUTEX, TIMED_OUT, fence_load_u32, fetch_add_u32, futex_wait, futex_wake, load_u32
 from .errors import Cancelled
 
@@ -114,76 +116,64 @@ class Counters:
 class EventCount:
     """A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping.
 
-    ``side`` and ``cursor`` only feed the step hook (tests/stateful): ``side`` is ``"writer"``
-    or the local reader index (MessageQueue sets it; both EventCounts of a side carry that
-    side's value), ``cursor`` the side's RingWriter / RingReader, whose ``index`` (the chunk
-    the side is at) is the hook's ``index`` argument, or -1 without a cursor."""
+    Its step methods take the stepping side (``"writer"`` or the local reader index) and the
+    chunk that side is at, which they pass to the step hook (:mod:`ringcast.steps`) and to
+    nothing else: the endpoint that owns this eventcount (:mod:`ringcast.endpoint`) knows both."""
 
-    __slots__ = ("seq", "waiters", "counters", "drop_wakes", "side", "cursor")
+    __slots__ = ("seq", "waiters", "counters")
 
-    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters, side=None, cursor=None) -> None:
+    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters) -> None:
         self.seq = seq_addr
         self.waiters = waiters_addr
         self.counters = counters
-        #: Fault injection for tests: the next ``drop_wakes`` notifications are silently skipped.
-        self.drop_wakes = 0
-        self.side = side
-        self.cursor = cursor
-
-    def _hook_index(self) -> int:
-        c = self.cursor
-        return -1 if c is None else c.index
 
     # -- waiter side ---------------------------------------------------------------------------
     # Spec: ParkSnapshot
-    def _park_snapshot(self) -> int:
-        if _ring._step_hook is not None:
-            _ring._step_hook("ParkSnapshot", self.side, self._hook_index())
+    def _park_snapshot(self, side, index: int) -> int:
+        if _steps.hook is not None:
+            _steps.hook("ParkSnapshot", side, index, None)
         return load_u32(self.seq)
 
     # Spec: ParkAnnounce
-    def _park_announce(self) -> None:
-        if _ring._step_hook is not None:
-            _ring._step_hook("ParkAnnounce", self.side, self._hook_index())
+    def _park_announce(self, side, index: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ParkAnnounce", side, index, None)
         fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence F6W before ParkRecheck
 
     # Spec: ParkSleep
-    def _park_sleep(self, snapshot: int, timeout: float) -> int:
-        if _ring._step_hook is not None:
-            _ring._step_hook("ParkSleep", self.side, self._hook_index())
+    def _park_sleep(self, side, index: int, snapshot: int, timeout: float) -> int:
+        if _steps.hook is not None:
+            _steps.hook("ParkSleep", side, index, None)
         self.counters.parks += 1
         return futex_wait(self.seq, snapshot, timeout)
 
     # Spec: ParkRetire
-    def _park_retire(self) -> None:
-        if _ring._step_hook is not None:
-            _ring._step_hook("ParkRetire", self.side, self._hook_index())
+    def _park_retire(self, side, index: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ParkRetire", side, index, None)
         fetch_add_u32(self.waiters, -1)
 
     # -- notifier side -------------------------------------------------------------------------
     # Spec: NotifyLoadWaiters
-    def _notify_load_waiters(self) -> int:
-        if _ring._step_hook is not None:
-            _ring._step_hook("NotifyLoadWaiters", self.side, self._hook_index())
+    def _notify_load_waiters(self, side, index: int) -> int:
+        if _steps.hook is not None:
+            _steps.hook("NotifyLoadWaiters", side, index, None)
         # F6N, a full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
         # read `waiters` (store->load order, which even x86 does not give without a fence).
         return fence_load_u32(self.waiters)
 
     # Spec: NotifyWake
-    def _notify_wake(self) -> None:
-        if _ring._step_hook is not None:
-            _ring._step_hook("NotifyWake", self.side, self._hook_index())
-        if self.drop_wakes:
-            self.drop_wakes -= 1
-            return
+    def _notify_wake(self, side, index: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("NotifyWake", side, index, None)
         fetch_add_u32(self.seq, 1)
         futex_wake(self.seq, _WAKE_ALL)
         self.counters.wakeups += 1
 
-    def notify(self) -> None:
+    def notify(self, side, index: int) -> None:
         """NotifyLoadWaiters, then NotifyWake only if somebody is (about to be) parked."""
-        if self._notify_load_waiters():
-            self._notify_wake()
+        if self._notify_load_waiters(side, index):
+            self._notify_wake(side, index)
 
     def wake_all(self) -> None:
         """Wake every sleeper unconditionally (used by shutdown; sleepers re-check and see why).
@@ -205,15 +195,17 @@ class Waiter:
         self.cancelled = cancelled
 
     # Spec: ParkRecheck
-    def _park_recheck(self, ready, ec: EventCount) -> bool:
+    def _park_recheck(self, ready, side, index: int) -> bool:
         """The re-check after ParkAnnounce. Its loads are ``ready``'s own ring steps (which call
         the hook again: ReaderLoadWritten/ReaderLoadReadFlag, or WriterClaim)."""
-        if _ring._step_hook is not None:
-            _ring._step_hook("ParkRecheck", ec.side, ec._hook_index())
+        if _steps.hook is not None:
+            _steps.hook("ParkRecheck", side, index, None)
         return ready()
 
-    def wait(self, ready, ec: EventCount | None, timeout: float | None, on_timeout, on_idle, what: str) -> None:
-        """Return once ``ready()`` is true.
+    def wait(self, ready, ec: EventCount | None, side, index: int, timeout: float | None, on_timeout, on_idle,
+             what: str) -> None:
+        """Return once ``ready()`` is true. ``side`` and ``index`` (the waiting side and the chunk
+        it waits for) only feed the step hook.
 
         ``on_timeout(waited)`` builds the exception raised after ``timeout`` seconds;
         ``on_idle(waited)`` runs about every ``recheck_interval`` while parked (dead-peer checks
@@ -261,16 +253,16 @@ class Waiter:
                 if ready():
                     return
                 continue
-            s = ec._park_snapshot()
-            ec._park_announce()
+            s = ec._park_snapshot(side, index)
+            ec._park_announce(side, index)
             try:
-                if self._park_recheck(ready, ec):
+                if self._park_recheck(ready, side, index):
                     return
                 if cancelled[0]:
                     continue
-                rc = ec._park_sleep(s, nap)
+                rc = ec._park_sleep(side, index, s, nap)
             finally:
-                ec._park_retire()
+                ec._park_retire(side, index)
             if ready():
                 # a diagnostic load, not the protocol's ParkSnapshot (so not hooked)
                 if rc == TIMED_OUT and load_u32(ec.seq) == s:

@@ -1,12 +1,13 @@
 """What do the step points cost in production?  ``python tests/stateful/bench_hook.py``
 
-Times the ring's hot path in one process (writer: claim, clear written, payload, clear the read
-flag, publish, NotifyLoadWaiters; reader: load written, load its flag, copy, ack,
-NotifyLoadWaiters; one reader, a 64-byte message, nobody parked: 11 step points) with the real
-RingWriter / RingReader / EventCount (step hook None: one is-None test per step) against copies
-of the same classes compiled from ringcast/ring.py's and ringcast/waiting.py's source with every
-``if _step_hook is not None: ...`` / ``if _ring._step_hook is not None: ...`` removed.  Trials alternate between the two so
-that drift affects both; it prints the median ns per message of each, their difference, and the
+Times the ring's hot path in one process through the protocol endpoints (ringcast.endpoint, what
+MessageQueue runs): the writer endpoint publishes one message (claim, clear written, payload,
+clear the read flag, publish, NotifyLoadWaiters), the reader endpoint receives it (load written,
+load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nobody parked: 11
+step points.  The real classes (step hook None: one is-None test per step) run against copies
+compiled from ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's source with
+every ``if _steps.hook is not None: ...`` removed.  Trials alternate between the two so that
+drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  The stress suite can call :func:`measure`.
 """
 
@@ -21,18 +22,17 @@ import time
 
 
 def _is_hook_check(t) -> bool:
-    """``_step_hook is not None`` (ring.py) or ``_ring._step_hook is not None`` (waiting.py)."""
+    """``_steps.hook is not None`` (ring.py, waiting.py, endpoint.py)."""
     if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.IsNot)):
         return False
     left = t.left
-    return (isinstance(left, ast.Name) and left.id == "_step_hook") or (
-        isinstance(left, ast.Attribute) and left.attr == "_step_hook"
-        and isinstance(left.value, ast.Name) and left.value.id == "_ring")
+    return isinstance(left, ast.Attribute) and left.attr == "hook" and isinstance(left.value, ast.Name) and left.value.id == "_steps"
 
 
-def stripped_module(mod):
-    """``mod`` (ringcast.ring or ringcast.waiting) recompiled without the hook checks; returns
-    (module namespace, how many checks were removed)."""
+def stripped_module(mod, replace: dict | None = None):
+    """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks; returns
+    (module namespace, how many checks were removed). ``replace`` overrides names the module
+    imported (the stripped classes of the modules below it)."""
     src = textwrap.dedent(inspect.getsource(mod))
     tree = ast.parse(src)
     removed = 0
@@ -56,6 +56,7 @@ def stripped_module(mod):
         exec(compile(tree, mod.__file__ + " (no hook)", "exec"), m.__dict__)
     finally:
         del sys.modules[name]
+    m.__dict__.update(replace or {})
     return m.__dict__, removed
 
 
@@ -71,44 +72,50 @@ def stripped_waiting_module():
     return stripped_module(waiting)
 
 
-def _loop(W, R, EC, ring, n: int, payload: bytes) -> float:
-    from ringcast.waiting import Counters
+def stripped_endpoint_module():
+    """endpoint.py without its checks, built on the stripped ring and waiting classes; returns
+    (namespace, checks removed in all three modules)."""
+    import ringcast.endpoint as endpoint
 
-    w, r = W(ring), R(ring, 0)
-    wn = EC(*ring.write_seq_addrs(), Counters(), "writer", w)  # the writer notifies readers here
-    rn = EC(*ring.read_seq_addrs(), Counters(), 0, r)  # reader 0 notifies the writer here
+    rns, r1 = stripped_ring_module()
+    wns, r2 = stripped_waiting_module()
+    names = {k: rns[k] for k in ("RingWriter", "RingReader")}
+    names.update({k: wns[k] for k in ("EventCount", "Waiter", "Counters", "WaitPolicy")})
+    ens, r3 = stripped_module(endpoint, names)
+    return ens, r1 + r2 + r3
+
+
+def _copy64(view) -> bytes:
+    return bytes(view[:64])
+
+
+def _loop(WE, RE, ring, n: int, payload: bytes) -> float:
+    w, r = WE(ring), RE(ring, 0)
     parts = (payload,)
     t0 = time.perf_counter_ns()
     for _ in range(n):
-        w._writer_claim()
-        w.begin()
-        w._writer_write_payload(parts)
-        w.finish()
-        wn.notify()
-        r.ready()
-        with r._reader_copy() as v:
-            bytes(v[:64])
-        r._reader_ack()
-        rn.notify()
-    return (time.perf_counter_ns() - t0) / n
+        w.publish(parts)
+        r.receive(_copy64)
+    dt = (time.perf_counter_ns() - t0) / n
+    r.release()
+    return dt
 
 
 def measure(iterations: int = 200_000, trials: int = 9) -> dict:
+    import ringcast.endpoint as endpoint
     import ringcast.ring as ring
-    from ringcast.waiting import EventCount
+    import ringcast.steps as steps
 
-    ns, removed = stripped_ring_module()
-    wns, wremoved = stripped_waiting_module()
-    removed += wremoved
+    ns, removed = stripped_endpoint_module()
     rb = ring.ShmRingBuffer(1, 256, 4)
     try:
-        if ring.get_step_hook() is not None:
+        if steps.get_step_hook() is not None:
             raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
         payload = b"x" * 64
         hooked, plain = [], []
         for _ in range(trials):
-            hooked.append(_loop(ring.RingWriter, ring.RingReader, EventCount, rb, iterations, payload))
-            plain.append(_loop(ns["RingWriter"], ns["RingReader"], wns["EventCount"], rb, iterations, payload))
+            hooked.append(_loop(endpoint.WriterEndpoint, endpoint.ReaderEndpoint, rb, iterations, payload))
+            plain.append(_loop(ns["WriterEndpoint"], ns["ReaderEndpoint"], rb, iterations, payload))
     finally:
         rb.close()
         rb.unlink()

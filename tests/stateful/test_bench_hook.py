@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .bench_hook import measure, stripped_ring_module, stripped_waiting_module
+from .bench_hook import measure, stripped_endpoint_module, stripped_ring_module, stripped_waiting_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,7 +20,7 @@ def test_stripped_build_removes_every_hook_check():
     for cls in ("RingWriter", "RingReader"):
         for name, fn in vars(ns[cls]).items():
             if callable(fn) and name.startswith(("_writer_", "_reader_")):
-                assert "_step_hook" not in fn.__code__.co_names, name
+                assert "_steps" not in fn.__code__.co_names, name
 
 
 def test_stripped_waiting_removes_every_hook_check():
@@ -34,7 +34,22 @@ def test_stripped_waiting_removes_every_hook_check():
     for cls in ("EventCount", "Waiter"):
         for name, fn in vars(ns[cls]).items():
             if callable(fn) and name.startswith(("_park_", "_notify_")):
-                assert "_step_hook" not in fn.__code__.co_names, name
+                assert "_steps" not in fn.__code__.co_names, name
+
+
+def test_stripped_endpoint_removes_every_hook_check():
+    ns, removed = stripped_endpoint_module()
+    import inspect
+
+    from ringcast import endpoint, ring, waiting
+
+    actions = sum(inspect.getsource(m).count("# Spec: ") for m in (ring, waiting, endpoint))
+    assert actions == removed == 10 + 7 + 2  # the ring's, the eventcount's, the overflow send/receive
+    for cls in ("WriterEndpoint", "ReaderEndpoint"):
+        for name, fn in vars(ns[cls]).items():
+            if callable(fn):
+                assert "_steps" not in fn.__code__.co_names, name
+    assert ns["WriterEndpoint"].__init__.__globals__["RingWriter"] is not ring.RingWriter  # built on the stripped ring
 
 
 def test_bench_runs():

@@ -1,12 +1,17 @@
 """Deliberately broken variants of the ring protocol (planted bugs), as subclasses of the real
-RingWriter / RingReader: they call the real step methods (and so the real step hook) and only
-change the order or the cursor logic.  Each has a spec counterpart (spec/MCRing.tla constants)
-except ScanAheadWriter, which the harness model supports as an extension (``scan_ahead``).
+endpoints (ringcast.endpoint) or of the ring's cursors: they call the real step methods (and so
+the real step hook) and only change the order or the cursor logic; everything else is the
+endpoint MessageQueue runs.  Each has a spec counterpart (spec/MCRing.tla constants) except
+ScanAheadWriter, which the harness model supports as an extension (``scan_ahead``).
+
+``WRITERS[name](ring, policy)`` / ``READERS[name](ring, r, policy)`` build the endpoint of a
+variant ("correct" is the production endpoint itself).
 """
 
 from __future__ import annotations
 
 from ringcast.atomics import fence
+from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.ring import RingReader, RingWriter
 
 from .model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
@@ -26,20 +31,21 @@ def _seek_reader(rd: RingReader, i: int) -> None:
         rd.index = i
 
 
-class ReversedWriter(RingWriter):
+class ReversedWriter(WriterEndpoint):
     """Publishes ``written = 1`` BEFORE clearing the read flags (spec: OrderPublishBeforeClear)."""
 
-    def finish(self) -> None:
-        idx = self.index
+    def _clear_flags_and_publish(self) -> None:
+        w = self.cursor
+        idx = w.index
         fence()
-        self._writer_publish()  # moves the cursor on; the flags to clear are still idx's
-        _seek_writer(self, idx)
-        for r in self._readers:
-            self._writer_clear_read_flag(r)
-        _seek_writer(self, (idx + 1) % self.ring.max_chunks)
+        w._writer_publish()  # moves the cursor on; the flags to clear are still idx's
+        _seek_writer(w, idx)
+        for r in w.live_readers:
+            w._writer_clear_read_flag(r)
+        _seek_writer(w, (idx + 1) % w.ring.max_chunks)
 
 
-class ScanAheadWriter(RingWriter):
+class ScanAheadCursor(RingWriter):
     """When the chunk at its index is not free, looks at the next one instead of waiting
     (no spec counterpart; model extension ``scan_ahead``)."""
 
@@ -50,22 +56,27 @@ class ScanAheadWriter(RingWriter):
         return False
 
 
-class SkippingReader(RingReader):
+def ScanAheadWriter(ring, policy=None) -> WriterEndpoint:
+    return WriterEndpoint(ring, policy, cursor=ScanAheadCursor(ring))
+
+
+class SkippingReader(ReaderEndpoint):
     """Advances past a chunk whose written byte is 1 and whose own read flag is already 1
     (spec: SkipReader = TRUE)."""
 
     def ready(self) -> bool:
-        if self._reader_load_written() != 1:
+        c = self.cursor
+        if c._reader_load_written() != 1:
             return False
-        if self._reader_load_read_flag() == 0:
+        if c._reader_load_read_flag() == 0:
             fence()
             return True
-        _seek_reader(self, (self.index + 1) % self.ring.max_chunks)
+        _seek_reader(c, (c.index + 1) % c.ring.max_chunks)
         return False
 
 
-WRITERS = {"correct": RingWriter, "reversed": ReversedWriter, "scan_ahead": ScanAheadWriter}
-READERS = {"correct": RingReader, "skip": SkippingReader}
+WRITERS = {"correct": WriterEndpoint, "reversed": ReversedWriter, "scan_ahead": ScanAheadWriter}
+READERS = {"correct": ReaderEndpoint, "skip": SkippingReader}
 
 #: model keyword arguments for each variant
 WRITER_MODEL = {

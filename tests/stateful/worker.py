@@ -2,8 +2,9 @@
 
 A worker loops on its command pipe.  A *setup* command (``ring``, ``mq_writer``, ``mq_reader``,
 ``free_writer``, ``free_reader``) attaches to a fresh segment / queue and runs one program: a
-writer or reader of the ring protocol, or of a MessageQueue.  While a program runs, the step hook
-(ringcast.ring.set_step_hook) is called before every shared-memory access; it reports
+writer or reader endpoint of the ring (ringcast.endpoint, the objects MessageQueue uses; or a
+planted-bug variant of one), or a MessageQueue.  While a program runs, the step hook
+(ringcast.steps.set_step_hook) is called before every shared-memory access; it reports
 ``("at", action, index, extra, events)`` to the harness and blocks until the harness sends
 ``("step", opts)``, which lets the process execute exactly that access and run on to its next
 hook call.  Any other command received inside the hook interrupts the program (it unwinds, the
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import time as _real_time
 import traceback
 
@@ -65,14 +65,19 @@ class Worker:
         self.ring = None
         self.clock = None
         self.hooked = False
+        #: ring-level programs: NotifyLoadWaiters runs as part of the step before it (below)
+        self.merge_notify = False
 
     # -- the step hook ------------------------------------------------------------------------
-    def hook(self, action: str, side, index: int) -> None:
+    def hook(self, action: str, side, index: int, reader) -> None:
         if not self.hooked:
             return
-        extra = None
-        if action == "WriterClearReadFlag":
-            extra = sys._getframe(1).f_locals.get("r")  # the reader whose flag is cleared
+        if self.merge_notify and action == "NotifyLoadWaiters":
+            # Ring-level runs check the ring alone (spec Parking = FALSE: no eventcount). Nobody
+            # parks (spin is endless), so the endpoint's load of the waiter count after a publish
+            # or an ack changes nothing the model knows: it runs as part of the step before it.
+            return
+        extra = reader  # WriterClearReadFlag: the reader whose flag is cleared
         if self.clock is not None:
             self.clock.now += self.clock.quantum
         events, self.events = self.events, []
@@ -89,43 +94,39 @@ class Worker:
     # -- programs -----------------------------------------------------------------------------
     def run_ring(self, p: dict) -> None:
         from ringcast.ring import ShmRingBuffer
+        from ringcast.waiting import WaitPolicy
 
         from .variants import READERS, WRITERS
 
         self.ring = ShmRingBuffer(*p["handle"])
-        self.hooked = True
+        policy = WaitPolicy(spin=1e9)  # look again and again, never park (no eventcount in the model)
+        self.hooked = self.merge_notify = True
         if p["role"] == "writer":
-            w = WRITERS[p["variant"]](self.ring)
+            w = WRITERS[p["variant"]](self.ring, policy)
             for m, size in enumerate(p["sizes"], start=1):
-                while not w._writer_claim():
-                    pass
-                w.begin()
-                head, rest = encode(m, size)
                 # two WriterWritePayload steps, as the spec's TwoStepPayload: the first leaves
                 # the chunk torn (new header, old body), the second completes it
-                w._writer_write_payload((head,))
-                w._writer_write_payload((head, rest))
-                w.finish()
+                w.publish(encode(m, size), split_payload=True)
         else:
-            rd = READERS[p["variant"]](self.ring, p["r"])
+            rd = READERS[p["variant"]](self.ring, p["r"], policy)
+
+            def copy_out(view) -> None:  # during ReaderCopy: reported with that step
+                self.events.append(("copied", decode(view)))
+
             for _ in range(p["M"]):
-                while not rd.ready():
-                    pass
-                with rd._reader_copy() as view:
-                    v = decode(view)
-                self.events.append(("copied", v))
-                rd._reader_ack()
+                rd.receive(copy_out)
 
     def _install_clock(self, quantum: float | None) -> None:
+        import ringcast.channel as ch
         import ringcast.queue as q
         import ringcast.waiting as wt
 
         if quantum is None:
             self.clock = None
-            q.time = wt.time = _real_time
+            q.time = wt.time = ch.time = _real_time
         else:
             self.clock = FakeTime(quantum)
-            q.time = wt.time = self.clock
+            q.time = wt.time = ch.time = self.clock
 
     def setup_mq_writer(self, p: dict) -> None:
         from ringcast.queue import MessageQueue
@@ -153,7 +154,9 @@ class Worker:
             import dataclasses
 
             pol = dataclasses.replace(self.mq.policy, tight_looks=p["tight_looks"])
-            self.mq.policy = self.mq._waiter.policy = pol
+            self.mq.policy = pol
+            if self.mq._endpoint is not None:
+                self.mq._endpoint.waiter.policy = pol
 
     def control(self, ctrl) -> None:
         """The control thread: ``("shutdown",)`` calls MessageQueue.shutdown() from this second
@@ -223,7 +226,7 @@ class Worker:
 
     # -- lifetime -----------------------------------------------------------------------------
     def cleanup(self) -> None:
-        self.hooked = False
+        self.hooked = self.merge_notify = False
         if self.mq is not None:
             mq, self.mq = self.mq, None
             try:
@@ -242,7 +245,7 @@ class Worker:
             self._install_clock(None)
 
     def serve(self) -> None:
-        from ringcast.ring import set_step_hook
+        from ringcast.steps import set_step_hook
 
         set_step_hook(self.hook)
         conn = self.conn

@@ -2,15 +2,19 @@
 recorded as traces that TLC checks against spec/Ring.tla (``ringcast stress --record-trace``).
 
 A free-running multi-process run cannot be linearised from the outside; this one linearises
-itself. A writer and ``NR`` readers (spawned processes) run the real ``RingWriter`` /
-``RingReader`` on a real segment. Each process's step hook (``ringcast.ring.set_step_hook``) takes
+itself. A writer and ``NR`` readers (spawned processes) run the real protocol endpoints
+(``WriterEndpoint`` / ``ReaderEndpoint`` of :mod:`ringcast.endpoint`, what MessageQueue runs) on
+a real segment. Each process's step hook (:mod:`ringcast.steps`) takes
 a global ``multiprocessing.Lock`` *before* the shared-memory access it announces and keeps it
 until its next hook call (or the end of its program): so exactly one access runs at a time, and
 the process that executed it reads the segment back (flags of every chunk, decoded payloads)
 while still holding the lock, i.e. the state right after its step, and numbers the record from a
 shared counter. The OS scheduler picks the interleaving (the hook also yields at random). After a
-failed look (chunk not claimable / not ready) a process waits outside the lock until some other
-process has taken a step, so spinning adds at most one failed look per step of the others.
+failed look (chunk not claimable / not ready: the hook sees the side look again) a process waits
+outside the lock until some other process has taken a step, so spinning adds at most one failed
+look per step of the others. Nobody parks (the endpoints spin without end) and the spec has no
+eventcount at this level (Parking = FALSE), so the endpoint's NotifyLoadWaiters (a load of a
+word nobody writes here) runs inside the step before it.
 
 The parent replays the records, in counter order, through :class:`ringcast.trace.model.RingModel`
 (as tests/stateful's harness does after every step): every action must be the one the spec's
@@ -25,7 +29,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
-import sys
 import time
 import traceback
 from multiprocessing.connection import wait as _wait
@@ -40,6 +43,12 @@ class RecordError(RuntimeError):
     """A serialised run failed (a process raised, a check failed, or it did not finish in time)."""
 
 
+#: the steps of a look at the ring, and the steps that start one (a look that fails is followed
+#: by the start of the next look)
+_LOOKS = frozenset({"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"})
+_LOOK_AGAIN = frozenset({"WriterClaim", "ReaderLoadWritten"})
+
+
 class _Stepper:
     """The step hook of one process: one step per lock hold, recorded with the state after it."""
 
@@ -51,9 +60,14 @@ class _Stepper:
         self.copied = None  # the value the current ReaderCopy step decoded
         self.last = -1  # counter value of our last record
 
-    def hook(self, action: str, side, index: int) -> None:
-        extra = sys._getframe(1).f_locals.get("r") if action == "WriterClearReadFlag" else None
-        self.finish()
+    def hook(self, action: str, side, index: int, reader) -> None:
+        if action == "NotifyLoadWaiters":
+            return  # part of the step before it (see the module docstring)
+        extra = reader if action == "WriterClearReadFlag" else None
+        if action in _LOOK_AGAIN and self.held is not None and self.held[0] in _LOOKS:
+            self.idle()  # the look we hold failed: the side looks again
+        else:
+            self.finish()
         if self.rng.random() < 0.5:
             os.sched_yield()
         self.lock.acquire()
@@ -88,10 +102,14 @@ class _Stepper:
 
 
 def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, conn, seed: int, timeout: float) -> None:
-    from ringcast.ring import RingReader, RingWriter, ShmRingBuffer, set_step_hook
+    from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
+    from ringcast.ring import ShmRingBuffer
+    from ringcast.steps import set_step_hook
+    from ringcast.waiting import WaitPolicy
 
     ring = ShmRingBuffer(*handle)
     st = _Stepper(ring, p, lock, counter, conn, seed, time.monotonic() + timeout)
+    policy = WaitPolicy(spin=1e9)  # look again and again (the hook paces the looks), never park
     rd = None
     try:
         conn.send(("attached",))
@@ -99,23 +117,17 @@ def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, conn, seed:
             return
         set_step_hook(st.hook)
         if p == NR:
-            w = RingWriter(ring)
+            w = WriterEndpoint(ring, policy)
             for m, size in enumerate(sizes, start=1):
-                while not w._writer_claim():
-                    st.idle()
-                w.begin()
-                head, rest = encode(m, size)
-                w._writer_write_payload((head,))  # two steps, as the spec's TwoStepPayload
-                w._writer_write_payload((head, rest))
-                w.finish()
+                w.publish(encode(m, size), split_payload=True)  # two payload steps, as the spec's TwoStepPayload
         else:
-            rd = RingReader(ring, p)
+            rd = ReaderEndpoint(ring, p, policy)
+
+            def copy_out(view) -> None:
+                st.copied = decode(view)
+
             for _ in range(len(sizes)):
-                while not rd.ready():
-                    st.idle()
-                with rd._reader_copy() as view:
-                    st.copied = decode(view)
-                rd._reader_ack()
+                rd.receive(copy_out)
         st.finish()
         conn.send(("done",))
     except BaseException:  # noqa: BLE001 - reported to the parent

@@ -1,0 +1,249 @@
+"""The protocol endpoints: the writer's and a reader's whole sequence for one message, in one place.
+
+:mod:`ringcast.ring` has the segment and the atomic steps (one method per TLA+ action);
+:mod:`ringcast.waiting` the spin-then-park loop and the eventcount's steps. This module puts
+them in the order spec/Ring.tla proves, and is the only caller of the ring's steps: what
+:class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
+the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
+(:mod:`ringcast.steps`).
+
+Writer, one message (:meth:`WriterEndpoint.publish`)::
+
+    WriterClaim (spin, then park on read_seq until a chunk is free)
+    WriterClearWritten                          written := 0
+    WriterWritePayload                          the parts, back to back
+    WriterSendOverflow                          only with overflow frames: before the flags
+    F7; WriterClearReadFlag for each reader     read_r := 0
+    WriterPublish                               F3; written := 1; w := w + 1
+    NotifyLoadWaiters [NotifyWake]              wake parked readers (write_seq)
+
+Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
+
+    [owed: ReaderRecvOverflow]                  a payload a timed-out receive still owes
+    ReaderLoadWritten, ReaderLoadReadFlag       (spin, then park on write_seq); F4
+    ReaderCopy                                  the caller's copy_out(view)
+    ReaderAck                                   F5; read_r := 1; i := i + 1 (also if copy_out raised)
+    NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
+    [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack
+
+The overflow pairing (spec/RingOverflow.tla): the writer sends the payload before it clears the
+read flags, so a reader that sees the marker can always receive it; a reader that has acked a
+marker owes itself exactly one overflow message (``owed``), and if its receive times out the
+next :meth:`~ReaderEndpoint.receive` takes that payload before touching the ring again, so a
+marker is always paired with its own payload, in ring order.
+
+Payloads are *parts*: a sequence of bytes-like objects written back to back into the chunk (a
+marker, a header, a pickle, out-of-band buffers: whatever the framing layer produces). The
+endpoints do not know what the bytes mean; :mod:`ringcast.framing` does.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from . import steps as _steps
+from .atomics import fence
+from .errors import RingTimeoutError
+from .ring import RingReader, RingWriter, ShmRingBuffer
+from .waiting import Counters, EventCount, Waiter, WaitPolicy
+
+__all__ = ["WriterEndpoint", "ReaderEndpoint", "OVERFLOW"]
+
+#: What a reader's ``copy_out`` returns for a chunk that is an overflow marker: the message's
+#: payload follows on the overflow channel.
+OVERFLOW = object()
+
+
+def _no_idle(waited: float) -> None:
+    pass
+
+
+class _Endpoint:
+    """What both sides share: the wait loop, the counters and the cancel flag."""
+
+    def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None, counters: Counters | None, cancelled: list | None) -> None:
+        self.ring = ring
+        self.counters = Counters() if counters is None else counters
+        #: one-element list: ``shutdown()`` (any thread) sets it; every wait raises Cancelled
+        self.cancelled = [False] if cancelled is None else cancelled
+        self.waiter = Waiter(WaitPolicy() if policy is None else policy, self.counters, self.cancelled)
+        #: called while parked about every recheck_interval (dead-peer checks, logging; may raise)
+        self.on_idle = _no_idle
+        #: builds the exception a wait raises after its timeout (None: a generic RingTimeoutError)
+        self.on_timeout = None
+        self.what = "waiting"
+
+    @property
+    def index(self) -> int:
+        """The chunk this side is at (the next it writes / reads)."""
+        return self.cursor.index
+
+    def _wait(self, ready, ec, side, timeout: float | None) -> None:
+        """Spin, then park on ``ec``, until ``ready()`` (the side's own look at the ring)."""
+        on_timeout = self.on_timeout or self._timeout
+        self.waiter.wait(ready, ec, side, self.cursor.index, timeout, on_timeout, self.on_idle, self.what)
+
+    def _timeout(self, waited: float) -> RingTimeoutError:
+        return RingTimeoutError(f"{self.what}: timed out after {waited:.3f}s at chunk {self.cursor.index}")
+
+
+class WriterEndpoint(_Endpoint):
+    """The writer's side of a ring. ``send_overflow(frames)`` sends an overflow payload on the
+    overflow channel (MessageQueue: its ipc socket); ``cursor`` replaces the :class:`RingWriter`
+    (the planted-bug variants of tests/stateful)."""
+
+    side = "writer"
+
+    def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
+                 cancelled: list | None = None, send_overflow=None, cursor: RingWriter | None = None) -> None:
+        super().__init__(ring, policy, counters, cancelled)
+        self.cursor = RingWriter(ring) if cursor is None else cursor
+        self.parks_on = EventCount(*ring.read_seq_addrs(), self.counters)  # readers' acks bump read_seq
+        self.notifies = EventCount(*ring.write_seq_addrs(), self.counters)  # readers park on write_seq
+        self.send_overflow = send_overflow
+        self.what = "writer waiting for a free chunk"
+
+    # -- the sequence ----------------------------------------------------------------------------
+    def claim(self, timeout: float | None = None) -> None:
+        """WriterClaim until the chunk at the cursor is free: spin, then park (at most
+        ``timeout`` seconds; then ``on_timeout``'s exception)."""
+        w = self.cursor
+        if w._writer_claim():
+            return
+        self._wait(w._writer_claim, self.parks_on, "writer", timeout)
+
+    def publish(self, parts, timeout: float | None = None, overflow=None, *, split_payload: bool = False) -> None:
+        """Broadcast one message: claim a chunk (waiting at most ``timeout`` seconds), write
+        ``parts`` into it, send ``overflow`` (a list of frames, or None) on the overflow channel,
+        publish, wake parked readers.
+
+        ``split_payload`` writes ``parts[0]`` alone first (the chunk is torn: new header, old
+        body), then every part: the spec's ``TwoStepPayload``, which the stateful harness and
+        the trace recorder use to exercise torn chunks."""
+        self.claim(timeout)
+        w = self.cursor
+        w._writer_clear_written()
+        if split_payload:
+            w._writer_write_payload(parts[:1])
+        w._writer_write_payload(parts)
+        if overflow is not None:
+            self._send_overflow(overflow)
+        self._clear_flags_and_publish()
+        self.notifies.notify("writer", w.index)
+
+    @contextmanager
+    def write_chunk(self, timeout: float | None = None):
+        """Claim a chunk and yield its ``max_chunk_bytes`` memoryview for the caller to fill;
+        publish on normal exit. If the block raises, nothing is published (the chunk stays
+        writable, ``written = 0``)."""
+        self.claim(timeout)
+        w = self.cursor
+        w._writer_clear_written()
+        with w.data_view() as view:
+            yield view
+        self._clear_flags_and_publish()
+        self.notifies.notify("writer", w.index)
+
+    def _clear_flags_and_publish(self) -> None:
+        """Clear every live reader's flag, then publish (the order spec/Ring.tla proves)."""
+        w = self.cursor
+        fence()  # F7: the payload is visible before any reader can see its flag cleared
+        for r in w.live_readers:
+            w._writer_clear_read_flag(r)
+        w._writer_publish()
+
+    # Spec: WriterSendOverflow
+    def _send_overflow(self, frames) -> None:
+        if _steps.hook is not None:
+            _steps.hook("WriterSendOverflow", "writer", self.cursor.index, None)
+        self.send_overflow(frames)
+
+    def evict(self, r: int) -> None:
+        """Reader ``r`` is dead: WriterEvict (only between messages, while waiting for a chunk)."""
+        self.cursor._writer_evict(r)
+
+    # -- diagnostics -------------------------------------------------------------------------------
+    def unread_readers(self) -> list[int]:
+        """The live readers that have not read the chunk at the cursor (what a claim waits for)."""
+        return self.cursor.unread_readers()
+
+
+class ReaderEndpoint(_Endpoint):
+    """Reader ``r``'s side of a ring. ``recv_overflow(deadline, timeout)`` returns the next
+    message of the overflow channel as a list of frames (MessageQueue: its ipc socket, honouring
+    the deadline, shutdown and a dead writer)."""
+
+    def __init__(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
+                 cancelled: list | None = None, recv_overflow=None, cursor: RingReader | None = None) -> None:
+        super().__init__(ring, policy, counters, cancelled)
+        self.cursor = RingReader(ring, r) if cursor is None else cursor
+        self.side = self.r = r
+        self.parks_on = EventCount(*ring.write_seq_addrs(), self.counters)  # the writer's publications bump write_seq
+        self.notifies = EventCount(*ring.read_seq_addrs(), self.counters)  # the writer parks on read_seq
+        self.recv_overflow = recv_overflow
+        #: a marker was acked but its payload not yet received (its receive timed out)
+        self.owed = False
+        self.what = f"reader {r} waiting for a message"
+
+    # -- the sequence ----------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """ReaderLoadWritten, ReaderLoadReadFlag: is the chunk at the cursor written and not yet
+        read by us? (It short-circuits: after ``written = 0`` it does not load its flag.)"""
+        c = self.cursor
+        if c._reader_load_written() != 1 or c._reader_load_read_flag() != 0:
+            return False
+        fence()  # F4: the copy reads the payload published with the flags just loaded
+        return True
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Look until :meth:`ready`: spin, then park (at most ``timeout`` seconds)."""
+        if self.ready():
+            return
+        self._wait(self.ready, self.parks_on, self.r, timeout)
+
+    def receive(self, copy_out, timeout: float | None = None, deadline: float | None = None):
+        """Receive the next message. ``copy_out(view)`` runs on the chunk's memoryview during
+        ReaderCopy and returns what to keep (it must copy: the chunk is reused after the ack),
+        or :data:`OVERFLOW` for a marker chunk. Returns ``(kept, None)``, or ``(None, frames)``
+        for a message that came over the overflow channel. ``deadline`` (``time.monotonic()``
+        seconds) bounds the overflow receive, ``timeout`` the wait for the chunk. If copy_out
+        raises, the chunk is acked all the same and the exception propagates."""
+        if self.owed:  # an earlier receive acked a marker but timed out on its payload
+            return None, self._recv_overflow(deadline, timeout)
+        self.wait_ready(timeout)
+        c = self.cursor
+        try:
+            with c._reader_copy() as view:
+                kept = copy_out(view)
+        finally:
+            c._reader_ack()
+            self.notifies.notify(self.r, c.index)
+        if kept is OVERFLOW:
+            self.owed = True
+            return None, self._recv_overflow(deadline, timeout)
+        return kept, None
+
+    @contextmanager
+    def read_chunk(self, timeout: float | None = None):
+        """Wait for the next chunk and yield its memoryview; ack on exit, also when the block
+        raises."""
+        self.wait_ready(timeout)
+        c = self.cursor
+        try:
+            with c._reader_copy() as view:
+                yield view
+        finally:
+            c._reader_ack()
+            self.notifies.notify(self.r, c.index)
+
+    # Spec: ReaderRecvOverflow
+    def _recv_overflow(self, deadline: float | None, timeout: float | None):
+        if _steps.hook is not None:
+            _steps.hook("ReaderRecvOverflow", self.r, self.cursor.index, None)
+        frames = self.recv_overflow(deadline, timeout)
+        self.owed = False
+        return frames
+
+    def release(self) -> None:
+        """Drop the cursor's view of the mapping (before the ring is closed)."""
+        self.cursor.release()
