@@ -386,15 +386,16 @@ def _open_checked(loc: Locator) -> int:
         target = os.readlink(path)
         if not target.startswith(f"/memfd:{MEMFD_NAME} "):
             raise HandleError(
-                f"cannot attach to {where}: that descriptor is now {target!r}, not a ringcast segment; the "
-                "creator closed it (close(), or unlink() once every reader attached) and reused the number"
+                f"cannot attach to {where}: the segment does not exist any more, that descriptor is now "
+                f"{target!r}; the creator closed it (close(), or unlink() once every reader attached) and reused "
+                "the number"
             )
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise HandleError(
-            f"cannot attach to {where}: the descriptor is closed; the creator closed the segment, or stopped "
-            "admitting readers (unlink() once every reader attached); attach before the writer's "
-            "wait_until_ready() returns"
+            f"cannot attach to {where}: the segment does not exist any more (the descriptor is closed): the "
+            "creator closed it, or stopped admitting readers (unlink() once every reader attached); attach "
+            "before the writer's wait_until_ready() returns"
         ) from None
     except PermissionError as e:
         raise HandleError(
