@@ -29,6 +29,7 @@ import mmap
 import os
 import secrets
 import stat
+import sys
 from dataclasses import dataclass
 
 from .errors import HandleError, ShmSpaceError
@@ -135,7 +136,7 @@ class Locator:
             bad = None if _is_int(self.size, 0) else "size"
         elif self.kind == "memfd":
             bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not _is_int(getattr(self, f), low)), None)
-            if bad is None and not (isinstance(self.token, str) and len(self.token) == 2 * TOKEN_BYTES and _is_hex(self.token)):
+            if bad is None and not (isinstance(self.token, str) and len(self.token) == 2 * TOKEN_BYTES and set(self.token) <= _HEX):
                 bad = "token"
         else:
             raise HandleError(f"segment kind must be 'memfd' or 'posix', got {self.kind!r}")
@@ -144,20 +145,23 @@ class Locator:
         return self
 
 
+_HEX = set("0123456789abcdef")
+
+
 def _is_int(v, low: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
 
 
-def _is_hex(s: str) -> bool:
-    try:
-        bytes.fromhex(s)
-    except ValueError:
-        return False
-    return True
-
-
 # -- segments -----------------------------------------------------------------------------------
 
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    """A shared read-write mapping. From Python 3.13 the mmap object keeps no duplicate of ``fd``
+    (before, it holds one open for as long as it maps: one more descriptor per segment)."""
+    return mmap.mmap(fd, size, **_NO_DUP)
+
+
+_NO_DUP = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _NO_MEMFD = (errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL, errno.EOPNOTSUPP)
 
 
@@ -239,7 +243,7 @@ class Segment:
             if os.pwrite(fd, token, size) != TOKEN_BYTES:  # pragma: no cover - tmpfs writes whole
                 raise OSError(errno.EIO, "short write of the segment token")
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-            self.buf = mmap.mmap(fd, size)
+            self.buf = _map(fd, size)
         except BaseException:
             os.close(fd)
             raise
@@ -276,7 +280,7 @@ class Segment:
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # some filesystems lack fallocate
                     raise
                 os.ftruncate(fd, size)
-            self.buf = mmap.mmap(fd, size)
+            self.buf = _map(fd, size)
         except BaseException:
             os.close(fd)
             self.unlink()
@@ -297,7 +301,7 @@ class Segment:
         fd = _open_checked(loc)
         try:
             size = loc.size or os.fstat(fd).st_size
-            buf = mmap.mmap(fd, size)
+            buf = _map(fd, size)
         finally:
             os.close(fd)
         self = object.__new__(cls)
