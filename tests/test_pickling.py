@@ -254,3 +254,17 @@ def test_loads_parts_contiguous_buffer_and_custom_unpickler():
         import collections
 
         loads_parts(dump_parts(collections.OrderedDict(a=1))[0], make_unpickler=make)
+
+
+def test_in_band_buffers_with_oob_off_are_parts_by_reference():
+    a = np.arange(BIG, dtype=np.uint8)
+    f = np.asfortranarray(np.arange(40_000, dtype=np.int32).reshape(200, 200))
+    pb = pickle.PickleBuffer(f)  # Fortran-contiguous memory, pickled in band
+    obj = {"a": a, "f": f, "pb": pb}
+    parts, main_len, buffers, total = PartsPickler(oob=False).dump(obj)
+    assert buffers == [] and total == main_len
+    assert b"".join(parts) == pickle.dumps(obj, protocol=5)
+    assert any(isinstance(p, memoryview) and p.nbytes == a.nbytes for p in parts)  # not copied
+    got = loads_parts(parts)
+    assert np.array_equal(got["a"], a) and np.array_equal(got["f"], f)
+    assert bytes(got["pb"]) == bytes(pickle.PickleBuffer(f).raw())

@@ -75,7 +75,9 @@ def _byte_view(b) -> object:
     """``b`` as something whose ``len()`` is its byte count (bytes/bytearray kept as they are)."""
     if type(b) is bytes or type(b) is bytearray:
         return b
-    m = memoryview(b)  # a PickleBuffer handed to write() (in-band, oob=False), or a memoryview
+    if type(b) is pickle.PickleBuffer:  # in-band (oob=False): C- or Fortran-contiguous memory
+        return b.raw()
+    m = memoryview(b)
     if m.ndim != 1 or m.format != "B":
         m = m.cast("B")
     return m
