@@ -260,6 +260,10 @@ class Segment:
         if free is not None and free < size:
             raise _space_error(size, free, shm_dir)
         self = object.__new__(cls)
+        if register:  # start the tracker first: registering right after shm_open is then a pipe write
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
         # Unguessable name, with our pid to help a human reading /dev/shm.
         for _ in range(8):
             name = f"{prefix}{os.getpid()}_{secrets.token_hex(8)}"
@@ -271,6 +275,9 @@ class Segment:
         else:  # pragma: no cover
             raise FileExistsError(errno.EEXIST, "8 random shared-memory names in a row already existed")
         self.name, self.size, self.created, self._unlinked = name, size, True, False
+        if register:  # before the (possibly long) fallocate: a SIGKILL from now on leaves no name
+            resource_tracker.register("/" + name, "shared_memory")
+            self._registered = True
         try:
             try:
                 os.posix_fallocate(fd, 0, size)
@@ -286,11 +293,6 @@ class Segment:
             self.unlink()
             raise
         os.close(fd)
-        if register:
-            from multiprocessing import resource_tracker
-
-            resource_tracker.register("/" + name, "shared_memory")
-            self._registered = True
         return self
 
     @classmethod
