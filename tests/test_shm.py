@@ -4,6 +4,7 @@ and the memory headroom of a real memory cgroup (issue 15)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -131,3 +132,35 @@ def test_a_real_memory_cgroup_limits_memfd_segments():
     assert r.returncode == 0, r.stderr
     assert f"cannot create a 160.0 MiB anonymous shared-memory segment: memory cgroup {child} has" in r.stdout
     assert "64.0 MiB" in r.stdout
+
+
+@pytest.mark.timeout(60)
+def test_posix_name_outlives_a_creator_killed_with_its_resource_tracker():
+    """Why memfd is the default: SIGKILL a posix creator *and* its resource tracker (a whole
+    process group dying at start-up) and the name stays in /dev/shm until someone removes it."""
+    code = textwrap.dedent(
+        """
+        from multiprocessing import resource_tracker
+        from ringcast.shm import Segment
+        seg = Segment.create(4096, kind="posix")
+        print(seg.name, resource_tracker._resource_tracker._pid, flush=True)
+        import time; time.sleep(3600)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    name = None
+    try:
+        name, tracker = proc.stdout.readline().split()
+        os.kill(int(tracker), signal.SIGKILL)
+        proc.kill()
+        proc.wait(10)
+        assert os.path.exists(f"/dev/shm/{name}"), "nobody is left to remove the name"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+        if name:
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass
