@@ -35,6 +35,13 @@ object -- i.e. before ``enqueue`` returns. That keeps the queue's guarantee "the
 its object as soon as enqueue returns". A caller that keeps parts longer (zmq ``copy=False``,
 deferred sends) calls :func:`owned` first, which copies exactly the parts that may alias.
 
+Using it in the queue: inline without buffers (``main_len <= max_chunk_bytes - 1``) the chunk's
+parts are ``(b"\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
+``main_len`` and the buffers' lengths as today, and ``total`` decides inline vs overflow. ZeroMQ
+frames (overflow, remote readers) carry the pickle as one frame: ``main = parts[0] if len(parts)
+== 1 else b"".join(parts)``, a private ``bytes`` that may be sent with ``copy=False``; the buffers
+are sent with ``copy=True`` (they may alias the caller's memory).
+
 :func:`loads_parts` is the reading side: one contiguous buffer or a list of parts, plus the
 out-of-band buffers. :func:`rebuild_tensor` is what ``tensors=True`` pickles refer to; an
 allow-list unpickler must allow ``ringcast.pickling.rebuild_tensor`` for them.
