@@ -36,7 +36,7 @@ its object as soon as enqueue returns". A caller that keeps parts longer (zmq ``
 deferred sends) calls :func:`owned` first, which copies exactly the parts that may alias.
 
 Using it in the queue: inline without buffers (``main_len <= max_chunk_bytes - 1``) the chunk's
-parts are ``(b"\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
+parts are ``(b"\\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
 ``main_len`` and the buffers' lengths as today, and ``total`` decides inline vs overflow. ZeroMQ
 frames (overflow, remote readers) carry the pickle as one frame: ``main = parts[0] if len(parts)
 == 1 else b"".join(parts)``, a private ``bytes`` that may be sent with ``copy=False``; the buffers
