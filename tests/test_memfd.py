@@ -359,6 +359,23 @@ def test_sigkill_the_creator_leaves_nothing(case):
             reader.close()
 
 
+@pytest.mark.timeout(60)
+def test_sigkill_a_reader_leaves_the_segment():
+    seg = Segment.create(1 << 20, kind="memfd")
+    seg.buf[-1] = ord("x")
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_READER), seg.name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == str(ord("x"))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        ino = os.fstat(seg.locator.fd).st_ino
+        assert all(h.startswith(f"{os.getpid()} ") for h in _holders(ino))
+        assert can_attach(seg.locator) and seg.buf[-1] == ord("x")
+    finally:
+        _stop(proc)
+        seg.close()
+
+
 # -- space --------------------------------------------------------------------------------------
 
 
