@@ -125,6 +125,7 @@ def test_core_does_not_import_torch_and_subpackage_gets_real_torch():
         "import sys, ringcast; assert 'torch' not in sys.modules, 'import ringcast imported torch'\n"
         "import ringcast.torch as rt, torch; assert hasattr(torch, 'distributed') and torch.__name__ == 'torch'\n"
         "import inspect; src = inspect.getsource(ringcast.MessageQueue.create_from_process_group)\n"
-        "assert 'from .torch import create_from_process_group' in src  # the lazy bridge, vLLM's spelling\n"
+        "assert 'from .groups import queue_from_group' in src  # vLLM's spelling, through the group layer below the queue\n"
+        "import ringcast.groups  # the group layer imports neither the queue nor the torch half\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

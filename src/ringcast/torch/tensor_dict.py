@@ -92,6 +92,12 @@ def broadcast_tensor_dict(
     :class:`SenderError`. Receivers allocate with ``torch.empty`` on ``device`` (default: the
     current CUDA device for CUDA tensors).
     """
+    if hasattr(metadata_group, "export_handle"):
+        raise TypeError(
+            "broadcast_tensor_dict(tensor_dict, src, group, metadata_group): the 4th argument is now the metadata (CPU) "
+            "group, as in vLLM; pass the queue as mq=, or call broadcast_tensor_dict_with_queue(tensor_dict, src, "
+            "cpu_group, mq, device_group)"
+        )
     for given in (metadata_group, group):
         if isinstance(given, GroupBase):
             return _broadcast_tensor_dict(given, tensor_dict, given.check_src(src))
