@@ -25,17 +25,16 @@ import os
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import zmq
 
 from . import channel
 from .endpoint import ReaderEndpoint, WriterEndpoint
-from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError, RoleError
+from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
 from .framing import Unpickler, frame, serialize
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
-from .shm import process_alive
+from .roles import QueueStatistics, ReaderSide, WriterSide, check_rank_list, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics"]
@@ -43,55 +42,6 @@ __all__ = ["MessageQueue", "Handle", "QueueStatistics"]
 logger = logging.getLogger("ringcast")
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
-
-
-@dataclass(frozen=True)
-class QueueStatistics:
-    """A snapshot of one queue side's counters (``MessageQueue.statistics()``).
-
-    messages/bytes/overflows count what this side wrote (writer) or read (reader); ``bytes`` is
-    the serialized size. ``waits`` counts operations that found the ring not ready; ``spins`` the
-    ``sched_yield`` calls; ``parks`` the kernel sleeps; ``wakeups`` the futex wakes this side
-    issued; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
-    (should be 0); ``timeouts`` operations that raised a timeout; ``evictions`` dead readers the
-    writer evicted (``evict_dead_readers=True``).
-    """
-
-    role: str
-    messages: int
-    bytes: int
-    overflows: int
-    waits: int
-    spins: int
-    parks: int
-    wakeups: int
-    recheck_hits: int
-    timeouts: int
-    evictions: int = 0
-
-
-def _check_rank_list(ranks, n_local_reader: int) -> list[int]:
-    ranks = list(ranks)
-    if len(ranks) != n_local_reader:
-        raise ValueError(f"local_reader_ranks has {len(ranks)} entries {ranks}, but n_local_reader={n_local_reader}")
-    for r in ranks:
-        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-            raise ValueError(f"local_reader_ranks must be non-negative ints, got {ranks}")
-    if len(set(ranks)) != len(ranks):
-        raise ValueError(f"local_reader_ranks has duplicates: {ranks}")
-    return ranks
-
-
-def _policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> WaitPolicy:
-    """The wait policy of one side. Looks without yielding only while the writer and every local
-    reader can each have a CPU of their own (on 2 cores with 3 readers they would steal the
-    writer's core, see docs/waiting.md)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        cpus = os.cpu_count() or 1
-    tight = 64 if n_local_reader + 1 <= cpus else 0
-    return WaitPolicy(spin, recheck_interval, warn_interval, tight)
 
 
 class MessageQueue:
@@ -150,18 +100,17 @@ class MessageQueue:
             raise ValueError(f"n_local_reader must be between 0 and n_reader={n_reader}, got {n_local_reader}")
         if local_reader_ranks is None:
             local_reader_ranks = list(range(n_local_reader))
-        local_reader_ranks = _check_rank_list(local_reader_ranks, n_local_reader)
+        local_reader_ranks = check_rank_list(local_reader_ranks, n_local_reader)
         channel.check_fd_headroom()
         if remote_curve and not zmq.has("curve"):
             raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
-        self._init_common(_policy(spin, recheck_interval, warn_interval, n_local_reader))
+        self._init_common(wait_policy(spin, recheck_interval, warn_interval, n_local_reader))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
         self.n_remote_reader = n_reader - n_local_reader
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
         self._is_writer = True
-        self._evict = bool(evict_dead_readers)
         self._ctx = zmq.Context()
         try:
             local_addr = remote_addr = None
@@ -171,7 +120,8 @@ class MessageQueue:
                 self.buffer.register_writer()
                 ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     send_overflow=_weak(self._send_overflow))
-                ep.on_timeout, ep.on_idle = _weak(self._writer_timeout), _weak(self._writer_idle)
+                self._side = WriterSide(self.buffer, ep, self.policy, local_reader_ranks, bool(evict_dead_readers))
+                ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
                 self._endpoint = ep
                 local_addr, self._ipc_path = channel.local_address()
                 self.local_socket = channel.xpub(self._ctx, local_addr)
@@ -204,11 +154,9 @@ class MessageQueue:
         self._cancelled = [False]
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
-        self._evict = False
-        self._evictions = 0
+        self._side = None  # WriterSide / ReaderSide where this side waits on a ring
         self._auth = None
         self._ready = False
-        self._warned_at = 0.0
 
     # -- joining ---------------------------------------------------------------------------------
     def export_handle(self) -> Handle:
@@ -231,7 +179,7 @@ class MessageQueue:
         check_handle(handle, rank)
         channel.check_fd_headroom()
         self = object.__new__(MessageQueue)
-        self._init_common(_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
+        self._init_common(wait_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
@@ -255,7 +203,8 @@ class MessageQueue:
                 self.buffer.register_reader(local)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     recv_overflow=_weak(self._recv_overflow))
-                ep.on_timeout, ep.on_idle = _weak(self._reader_timeout), _weak(self._reader_idle)
+                self._side = ReaderSide(self._role(), self.buffer, ep, self.policy, local)
+                ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = ep
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr)
@@ -269,11 +218,13 @@ class MessageQueue:
 
     @staticmethod
     def create_from_process_group(pg, max_chunk_bytes: int = 1024 * 1024 * 10, max_chunks: int = 10, writer_rank: int = 0, **kwargs) -> "MessageQueue":
-        """vLLM's spelling of :func:`ringcast.torch.create_from_process_group` (collective over a
-        ``torch.distributed`` group; needs ``ringcast[torch]``). torch is imported only here."""
-        from .torch import create_from_process_group
+        """vLLM's spelling of :func:`ringcast.groups.queue_from_group` (collective over a process
+        group: a ``torch.distributed`` group, or any object with the group protocol). The group
+        layer sits below the queue and is given the class, so no import cycle; torch is imported
+        only for a torch group."""
+        from .groups import queue_from_group
 
-        return create_from_process_group(pg, max_chunk_bytes, max_chunks, writer_rank, **kwargs)
+        return queue_from_group(MessageQueue, pg, max_chunk_bytes, max_chunks, writer_rank, **kwargs)
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """The READY handshake (:mod:`ringcast.handshake`): the writer waits until every reader
@@ -340,52 +291,10 @@ class MessageQueue:
             self._counters.timeouts += 1
             return RingTimeoutError(f"{self._role()} timed out after {waited:.3f}s (timeout={timeout}s) {what}")
 
-        idle = (lambda: self._check_writer_alive(what)) if self._is_local_reader else _nothing
+        idle = (lambda: self._side.check_writer_alive(what)) if self._is_local_reader else _nothing
         return channel.recv_frames(sock, deadline, lambda: self._check_cancelled(what), idle, on_timeout)
 
-    def _check_writer_alive(self, what: str) -> None:
-        pid, start = self.buffer.writer_process()
-        if pid and not process_alive(pid, start):
-            raise DeadWriterError(
-                f"{self._role()} (pid {os.getpid()}) {what}, but the writer (pid {pid}) is dead; "
-                "no more messages can arrive: recreate the queue"
-            )
-
-    def _log_long_wait(self, waited: float, detail: str) -> None:
-        if waited >= self._warned_at + self.policy.warn_interval:
-            self._warned_at = waited
-            logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self._role(), os.getpid(), waited, detail)
-
     # -- writing ---------------------------------------------------------------------------------
-    def _writer_slot_detail(self) -> str:
-        ep = self._endpoint
-        unread = ep.unread_readers()
-        ranks = [self.local_reader_ranks[r] for r in unread]
-        return f"slot {ep.index} flags {self.buffer.flags(ep.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
-
-    def _writer_timeout(self, waited: float) -> RingTimeoutError:
-        return RingTimeoutError(
-            f"writer timed out after {waited:.3f}s waiting for {self._writer_slot_detail()}; a reader is slow, "
-            "stuck or not calling dequeue(): find it by rank, or raise the timeout"
-        )
-
-    def _writer_idle(self, waited: float) -> None:
-        ep = self._endpoint
-        dead = self.buffer.dead_readers(ep.unread_readers())
-        if dead:
-            names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
-            if not self._evict:
-                raise DeadReaderError(
-                    f"writer waited {waited:.3f}s for slot {ep.index}, which {names} will never release: the process is "
-                    "dead. Restart the group (a dead reader also misses every message from here on), or construct "
-                    "the queue with evict_dead_readers=True to go on without it"
-                )
-            for r, _pid in dead:
-                ep.evict(r)
-                self._evictions += 1
-            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, ep.index)
-        self._log_long_wait(waited, self._writer_slot_detail())
-
     def _send_overflow(self, frames) -> None:
         self.local_socket.send_multipart(frames, copy=True)
 
@@ -429,23 +338,6 @@ class MessageQueue:
                 yield view
 
     # -- reading ---------------------------------------------------------------------------------
-    def _reader_timeout(self, waited: float) -> RingTimeoutError:
-        i = self._endpoint.index
-        return RingTimeoutError(
-            f"{self._role()} timed out after {waited:.3f}s waiting for slot {i} "
-            f"(flags {self.buffer.flags(i).hex()}): the writer has not published it; is it alive and enqueueing?"
-        )
-
-    def _reader_idle(self, waited: float) -> None:
-        if self.buffer.reader_evicted(self.local_reader_rank):
-            raise EvictedError(
-                f"{self._role()} (pid {os.getpid()}) was evicted by the writer, which judged this process dead "
-                "(a PID namespace the writer cannot see into, or a stale pid): it receives nothing more; rejoin a new queue"
-            )
-        i = self._endpoint.index
-        self._check_writer_alive(f"waited {waited:.3f}s for slot {i}")
-        self._log_long_wait(waited, f"slot {i} flags {self.buffer.flags(i).hex()}")
-
     def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list[bytes]:
         frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout)
         self._overflows += 1
@@ -508,7 +400,7 @@ class MessageQueue:
             wakeups=c.wakeups,
             recheck_hits=c.recheck_hits,
             timeouts=c.timeouts,
-            evictions=self._evictions,
+            evictions=self._side.evictions if isinstance(self._side, WriterSide) else 0,
         )
 
     @contextmanager

@@ -1,0 +1,162 @@
+"""The side a MessageQueue plays: writer or local reader (what it says and does when a wait on
+the ring takes long: timeouts, dead peers, eviction, the long-wait log), its wait policy, and the
+statistics of a side.
+
+A :class:`WriterSide` / :class:`ReaderSide` is given to the side's endpoint as its ``on_timeout``
+and ``on_idle`` callbacks (:mod:`ringcast.endpoint`); it holds the endpoint weakly, so a queue
+and its endpoint are freed as soon as the queue is dropped. A remote reader never waits on the
+ring and has no such object.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from dataclasses import dataclass
+
+from .errors import DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError
+from .shm import process_alive
+from .waiting import WaitPolicy
+
+__all__ = ["QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list"]
+
+logger = logging.getLogger("ringcast")
+
+
+@dataclass(frozen=True)
+class QueueStatistics:
+    """A snapshot of one queue side's counters (``MessageQueue.statistics()``).
+
+    messages/bytes/overflows count what this side wrote (writer) or read (reader); ``bytes`` is
+    the serialized size. ``waits`` counts operations that found the ring not ready; ``spins`` the
+    ``sched_yield`` calls; ``parks`` the kernel sleeps; ``wakeups`` the futex wakes this side
+    issued; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
+    (should be 0); ``timeouts`` operations that raised a timeout; ``evictions`` dead readers the
+    writer evicted (``evict_dead_readers=True``).
+    """
+
+    role: str
+    messages: int
+    bytes: int
+    overflows: int
+    waits: int
+    spins: int
+    parks: int
+    wakeups: int
+    recheck_hits: int
+    timeouts: int
+    evictions: int = 0
+
+
+def check_rank_list(ranks, n_local_reader: int) -> list[int]:
+    ranks = list(ranks)
+    if len(ranks) != n_local_reader:
+        raise ValueError(f"local_reader_ranks has {len(ranks)} entries {ranks}, but n_local_reader={n_local_reader}")
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ValueError(f"local_reader_ranks must be non-negative ints, got {ranks}")
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"local_reader_ranks has duplicates: {ranks}")
+    return ranks
+
+
+def wait_policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> WaitPolicy:
+    """The wait policy of one side. Looks without yielding only while the writer and every local
+    reader can each have a CPU of their own (on 2 cores with 3 readers they would steal the
+    writer's core, see docs/waiting.md)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        cpus = os.cpu_count() or 1
+    tight = 64 if n_local_reader + 1 <= cpus else 0
+    return WaitPolicy(spin, recheck_interval, warn_interval, tight)
+
+
+class _Side:
+    """What both local sides share: the ring, the endpoint (weakly), the long-wait log."""
+
+    def __init__(self, role: str, buffer, endpoint, policy: WaitPolicy) -> None:
+        self.role = role
+        self.buffer = buffer
+        self._ep = weakref.proxy(endpoint)
+        self.policy = policy
+        self.warned_at = 0.0
+
+    def log_long_wait(self, waited: float, detail: str) -> None:
+        if waited >= self.warned_at + self.policy.warn_interval:
+            self.warned_at = waited
+            logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self.role, os.getpid(), waited, detail)
+
+
+class WriterSide(_Side):
+    """The writer's diagnostics: which readers hold the chunk it waits for (by index and rank),
+    dead readers (raise, or evict with ``evict``)."""
+
+    def __init__(self, buffer, endpoint, policy: WaitPolicy, local_reader_ranks: list[int], evict: bool) -> None:
+        super().__init__("writer", buffer, endpoint, policy)
+        self.local_reader_ranks = local_reader_ranks
+        self.evict = evict
+        self.evictions = 0
+
+    def slot_detail(self) -> str:
+        ep = self._ep
+        unread = ep.unread_readers()
+        ranks = [self.local_reader_ranks[r] for r in unread]
+        return f"slot {ep.index} flags {self.buffer.flags(ep.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
+
+    def timeout(self, waited: float) -> RingTimeoutError:
+        return RingTimeoutError(
+            f"writer timed out after {waited:.3f}s waiting for {self.slot_detail()}; a reader is slow, "
+            "stuck or not calling dequeue(): find it by rank, or raise the timeout"
+        )
+
+    def idle(self, waited: float) -> None:
+        ep = self._ep
+        dead = self.buffer.dead_readers(ep.unread_readers())
+        if dead:
+            names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
+            if not self.evict:
+                raise DeadReaderError(
+                    f"writer waited {waited:.3f}s for slot {ep.index}, which {names} will never release: the process is "
+                    "dead. Restart the group (a dead reader also misses every message from here on), or construct "
+                    "the queue with evict_dead_readers=True to go on without it"
+                )
+            for r, _pid in dead:
+                ep.evict(r)
+                self.evictions += 1
+            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, ep.index)
+        self.log_long_wait(waited, self.slot_detail())
+
+
+class ReaderSide(_Side):
+    """A local reader's diagnostics: evicted by the writer, a dead writer, the chunk it waits for."""
+
+    def __init__(self, role: str, buffer, endpoint, policy: WaitPolicy, r: int) -> None:
+        super().__init__(role, buffer, endpoint, policy)
+        self.r = r
+
+    def timeout(self, waited: float) -> RingTimeoutError:
+        i = self._ep.index
+        return RingTimeoutError(
+            f"{self.role} timed out after {waited:.3f}s waiting for slot {i} "
+            f"(flags {self.buffer.flags(i).hex()}): the writer has not published it; is it alive and enqueueing?"
+        )
+
+    def idle(self, waited: float) -> None:
+        if self.buffer.reader_evicted(self.r):
+            raise EvictedError(
+                f"{self.role} (pid {os.getpid()}) was evicted by the writer, which judged this process dead "
+                "(a PID namespace the writer cannot see into, or a stale pid): it receives nothing more; rejoin a new queue"
+            )
+        i = self._ep.index
+        self.check_writer_alive(f"waited {waited:.3f}s for slot {i}")
+        self.log_long_wait(waited, f"slot {i} flags {self.buffer.flags(i).hex()}")
+
+    def check_writer_alive(self, what: str) -> None:
+        pid, start = self.buffer.writer_process()
+        if pid and not process_alive(pid, start):
+            raise DeadWriterError(
+                f"{self.role} (pid {os.getpid()}) {what}, but the writer (pid {pid}) is dead; "
+                "no more messages can arrive: recreate the queue"
+            )
