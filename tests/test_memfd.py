@@ -490,3 +490,54 @@ def test_160_mib_memfd_segment_under_a_64_mb_dev_shm():
     assert f"MEMFD memfd 42 7 {160 << 20}" in r.stdout
     assert "POSIX [Errno 28] cannot create a 160.0 MiB shared-memory segment: /dev/shm has 64.0 MiB free" in r.stdout
     assert "LEFT []" in r.stdout
+
+
+_QUEUE_UNDER_SMALL_SHM = """
+import hashlib, os, sys
+sys.path.insert(0, {tests!r})
+from ringcast import MessageQueue
+import _workers
+from _procs import Children
+
+def main():
+    w = MessageQueue(3, 3, max_chunk_bytes=16 << 20, max_chunks=10)
+    msgs = [(i, os.urandom(15 << 20) if i % 5 == 0 else bytes([i]) * 1000) for i in range(20)]
+    expect = hashlib.blake2b(b"".join(p for _, p in msgs)).hexdigest()
+    try:
+        with Children(timeout=90) as ch:
+            for r in range(3):
+                ch.start(r, _workers.reader_digest, w.export_handle(), r, len(msgs))
+            w.wait_until_ready(timeout=60)
+            for m in msgs:
+                w.enqueue(m, timeout=60)
+            res = ch.wait()
+        print("KIND", w.buffer.segment.kind)
+        print("OK", all(ok and digest == expect for ok, digest, _ in res.values()))
+    finally:
+        w.close()
+    print("LEFT", sorted(n for n in os.listdir("/dev/shm") if n.startswith("ringcast")))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not _can_mount_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
+@pytest.mark.xfail(
+    strict=True,
+    reason="pending the queue integration of issue 15: MessageQueue still makes a named segment, which a 64 MB "
+    "/dev/shm cannot hold; remove this marker when ShmRingBuffer creates kind='auto' segments",
+)
+def test_queue_of_160_mib_with_3_readers_under_a_64_mb_dev_shm(tmp_path):
+    script = tmp_path / "queue_under_small_shm.py"
+    script.write_text(_QUEUE_UNDER_SMALL_SHM.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} {script}"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "KIND memfd" in r.stdout and "OK True" in r.stdout and "LEFT []" in r.stdout
+
