@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch as _torch  # noqa: F401 - the real torch (absolute import), not this package
 
-from ._wire import TensorMetadata, broadcast_tensors
+from ._wire import TensorMetadata, broadcast_tensors, staging_buffer
 from .broadcast_group import BroadcastGroup
 from .dataclass_broadcast import broadcast_dataclass, walk
 from .errors import BroadcastError, FollowerError, FollowerFailedError, FollowerTimeoutError, SenderError, StructureMismatchError
@@ -56,6 +56,7 @@ __all__ = [
     "encode_key",
     "follower_loop",
     "from_flatten_dict",
+    "staging_buffer",
     "to_flatten_dict",
     "walk",
 ]
