@@ -14,7 +14,7 @@ import os
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .pool import Pool, RingRun, trace_of
 
@@ -58,6 +58,41 @@ def finish_run(run, failed: bool, on_complete=None) -> None:
         run.close()
 
 
+class SpecInvariants(RuleBasedStateMachine):
+    """The spec's invariants (spec/Ring.tla), one named Hypothesis @invariant each, plus the
+    harness's Cursors: evaluated on the spec model of the run after every rule.  The run itself
+    evaluates the same named checks (RingModel.INVARIANTS) after every single step, so a burst
+    rule is checked step by step; these make each invariant visible by name in the machine."""
+
+    run = None
+    failed = False
+
+    def _holds(self, name: str) -> None:
+        run = self.run
+        if run is None or self.failed or (name == "Cursors" and not run.cursors):
+            return
+        bad = getattr(run.model, name)()
+        if bad:
+            self.failed = True
+            run._fail("Violation", "; ".join(bad))
+
+    @invariant()
+    def NoDataRace(self):
+        self._holds("NoDataRace")
+
+    @invariant()
+    def NoOverwrite(self):
+        self._holds("NoOverwrite")
+
+    @invariant()
+    def InOrder(self):
+        self._holds("InOrder")
+
+    @invariant()
+    def Cursors(self):
+        self._holds("Cursors")
+
+
 def ring_machine(
     pool: Pool,
     *,
@@ -69,7 +104,7 @@ def ring_machine(
     sizes=st.lists(st.integers(0, 24), min_size=1, max_size=8),
     record: list | None = None,
 ):
-    class RingMachine(RuleBasedStateMachine):
+    class RingMachine(SpecInvariants):
         def __init__(self) -> None:
             super().__init__()
             self.run = None
@@ -148,7 +183,7 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
 
     timeout = st.one_of(st.none(), st.integers(2, 8).map(lambda k: k * 1e-3)) if timeouts else st.none()
 
-    class QueueMachine(RuleBasedStateMachine):
+    class QueueMachine(SpecInvariants):
         def __init__(self) -> None:
             super().__init__()
             self.run = None

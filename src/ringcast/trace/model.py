@@ -153,7 +153,7 @@ class RingModel:
             return ("done",)
         pc = self.pc[p]
         if pc == "load_r" and self.seen[p] == 0:
-            # ring.py: RingReader.ready() short-circuits: after loading written = 0 it does not
+            # endpoint.py: ReaderEndpoint.ready() short-circuits: after loading written = 0 it does not
             # load its read flag.  The spec's ReaderLoadReadFlag then only returns to load_w (or,
             # in a re-check, to park_sleep), so the harness inserts it as an implicit step.
             if self.rechk[p]:
@@ -443,33 +443,53 @@ class RingModel:
         return "W" if p == self.Wr else f"R{p}"
 
     # -- invariants -------------------------------------------------------------------------------
-    def violations(self, cursors: bool = True) -> list[str]:
+    # One method per invariant, named as in spec/Ring.tla (Cursors is the harness's own); each
+    # returns what is wrong in the current state (empty: it holds). INVARIANTS lists them in the
+    # order they are evaluated after every step (RingRun.step, QueueRun.step, trace replay); the
+    # Hypothesis state machines (tests/stateful/machine.py) also expose each as an @invariant.
+    def NoDataRace(self) -> list[str]:
+        """No reader copies a chunk while the writer writes it."""
+        return [f"NoDataRace: reader {r} is about to copy chunk {self.i[r]} while the writer writes it"
+                for r in range(self.NR) if self.pc[r] == "copy" and self.writer_writing(self.i[r])]
+
+    def NoOverwrite(self) -> list[str]:
+        """A chunk never holds a message more than N ahead of what a live reader has copied."""
         out = []
-        N = self.N
-        for r in range(self.NR):
-            if self.pc[r] == "copy" and self.writer_writing(self.i[r]):
-                out.append(f"NoDataRace: reader {r} is about to copy chunk {self.i[r]} while the writer writes it")
-        for c in range(N):
+        for c in range(self.N):
             if self.data[c] != 0:
                 for r in range(self.NR):
-                    if r in self.cancelled:
-                        continue
-                    if self.ncopied[r] < abs(self.data[c]) - N:
+                    if r not in self.cancelled and self.ncopied[r] < abs(self.data[c]) - self.N:
                         out.append(
                             f"NoOverwrite: chunk {c} holds message {abs(self.data[c])} but reader {r} has copied only "
                             f"{self.ncopied[r]} messages (message {self.ncopied[r] + 1} was overwritten unread)"
                         )
+        return out
+
+    def InOrder(self) -> list[str]:
+        """Every reader has delivered a prefix of what the writer wrote (no loss, duplicate or reorder)."""
+        return [f"InOrder: reader {r} delivered {self.recv[r]}, the writer wrote {self.sent}"
+                for r in range(self.NR) if self.recv[r] != self.sent[: len(self.recv[r])]]
+
+    def Cursors(self) -> list[str]:
+        """(harness) A side's chunk index is its message count modulo N."""
+        out = []
+        N = self.N
+        if self.pc[self.Wr] != "done" and self.w != (self.msg - 1) % N:
+            out.append(f"Cursors: the writer is at chunk {self.w} but message {self.msg} belongs in chunk {(self.msg - 1) % N}")
         for r in range(self.NR):
-            got = self.recv[r]
-            if got != self.sent[: len(got)]:
-                out.append(f"InOrder: reader {r} delivered {got}, the writer wrote {self.sent}")
-        if cursors:
-            if self.pc[self.Wr] != "done" and self.w != (self.msg - 1) % N:
-                out.append(f"Cursors: the writer is at chunk {self.w} but message {self.msg} belongs in chunk {(self.msg - 1) % N}")
-            for r in range(self.NR):
-                if r in self.cancelled:
-                    continue
-                n = self.ncopied[r] - (1 if self.pc[r] == "ack" else 0)
-                if self.i[r] != n % N:
-                    out.append(f"Cursors: reader {r} is at chunk {self.i[r]} but its next message (#{n + 1}) is in chunk {n % N}")
+            if r in self.cancelled:
+                continue
+            n = self.ncopied[r] - (1 if self.pc[r] == "ack" else 0)
+            if self.i[r] != n % N:
+                out.append(f"Cursors: reader {r} is at chunk {self.i[r]} but its next message (#{n + 1}) is in chunk {n % N}")
+        return out
+
+    INVARIANTS = ("NoDataRace", "NoOverwrite", "InOrder", "Cursors")
+    SPEC_INVARIANTS = ("NoDataRace", "NoOverwrite", "InOrder")
+
+    def violations(self, cursors: bool = True) -> list[str]:
+        """Every invariant of :data:`INVARIANTS` (without Cursors when ``cursors`` is false)."""
+        out = []
+        for name in self.INVARIANTS if cursors else self.SPEC_INVARIANTS:
+            out += getattr(self, name)()
         return out
