@@ -1,0 +1,188 @@
+"""The package's structure, read with ``ast`` (nothing is imported):
+
+* no import cycle among the modules of src/ringcast, counting imports inside functions;
+* no module over the project's hard limit of lines;
+* the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of ringcast/ring.py) are called
+  by one production module, the endpoint layer, and by no program of the stateful harness or the
+  trace recorder (only the planted-bug variants may), which drive the endpoints instead;
+* no step hook looks at its caller's frame.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PKG = SRC / "ringcast"
+MAX_LINES = 550
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = f.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = f
+    return mods
+
+
+MODS = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module of the package that importing ``name`` loads (a submodule, or the package
+    whose attribute it is); None outside the package or for a C extension."""
+    while name and name not in MODS:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _is_extension(name: str) -> bool:
+    where = SRC.joinpath(*name.split("."))
+    return any(where.parent.glob(where.name + ".c")) or any(where.parent.glob(where.name + ".*so"))
+
+
+def _imports(mod: str, path: Path) -> set[str]:
+    """Every module of the package that ``mod`` imports, at any depth (functions included)."""
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            # "from . import x" and "from .pkg import sub" load submodules (a C extension is a
+            # leaf: it imports nothing of ours); other names are attributes of ``prefix``
+            names = []
+            for a in node.names:
+                sub = f"{prefix}.{a.name}"
+                if sub in MODS:
+                    names.append(sub)
+                elif not _is_extension(sub):
+                    names.append(prefix)
+        for n in names:
+            if n.split(".")[0] != "ringcast":
+                continue
+            owner = _owner(n)
+            if owner is not None and owner != mod:
+                out.add(owner)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    return {m: _imports(m, p) for m, p in MODS.items()}
+
+
+def test_the_cycle_finder_sees_function_level_imports(tmp_path):
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(g) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    # a lazy import inside a function counts: ringcast.queue imports ringcast.groups only there
+    assert "ringcast.groups" in _imports("ringcast.queue", MODS["ringcast.queue"])
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles (a module imports, at any depth, one that imports it back): " + "; ".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_layers_point_down():
+    """The bottom layers import nothing above them (steps, layout, atomics, shm, ring, waiting,
+    endpoint: no ZeroMQ, no pickling, no queue, no torch)."""
+    g = _graph()
+    below_queue = ["ringcast.steps", "ringcast.layout", "ringcast.atomics", "ringcast.shm", "ringcast.ring",
+                   "ringcast.waiting", "ringcast.endpoint"]
+    for m in below_queue:
+        assert not (g[m] & {"ringcast.queue", "ringcast.framing", "ringcast.channel", "ringcast.handshake",
+                            "ringcast.roles", "ringcast.torch", "ringcast.groups"}), (m, g[m])
+    assert g["ringcast.steps"] == set(), g["ringcast.steps"]
+
+
+def test_modules_are_not_too_long():
+    long = {str(p.relative_to(ROOT)): n for p in MODS.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _ring_steps() -> set[str]:
+    tree = ast.parse((PKG / "ring.py").read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith(("_writer_", "_reader_"))}
+
+
+def _step_calls(path: Path, steps: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in steps}
+
+
+def test_only_the_endpoint_calls_the_ring_steps():
+    steps = _ring_steps()
+    assert {"_writer_claim", "_writer_publish", "_reader_copy", "_reader_ack"} <= steps
+    callers = {m for m, p in MODS.items() if m != "ringcast.ring" and _step_calls(p, steps)}
+    assert callers == {"ringcast.endpoint"}, callers
+
+
+def test_harness_and_trace_programs_drive_the_endpoint():
+    """The stateful harness's programs (tests/stateful, except the planted-bug variants) and the
+    trace recorder call no ring step: they run the endpoints MessageQueue runs."""
+    steps = _ring_steps()
+    files = [p for p in sorted((ROOT / "tests" / "stateful").glob("*.py")) if p.name != "variants.py"]
+    files += sorted((PKG / "trace").glob("*.py"))
+    bad = {str(p.relative_to(ROOT)): sorted(c) for p in files if (c := _step_calls(p, steps))}
+    assert not bad, f"ring steps called outside the endpoint: {bad}"
+    for path in (ROOT / "tests" / "stateful" / "worker.py", PKG / "trace" / "serial.py"):
+        calls = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+        assert {"publish", "receive"} <= calls, path
+
+
+@pytest.mark.parametrize("where", ["src/ringcast", "tests/stateful", "tests"])
+def test_no_frame_inspection(where):
+    files = sorted((ROOT / where).glob("*.py" if where == "tests" else "**/*.py"))
+    bad = [str(p.relative_to(ROOT)) for p in files
+           if p.name != "test_structure.py" and "_getframe" in p.read_text()]
+    assert not bad, bad
