@@ -208,6 +208,11 @@ class Sched:
     requests: list = field(default_factory=list)
 
 
+@dataclass
+class Leafy:
+    t: tuple
+
+
 def _sched(step: int) -> Sched:
     n = 1 + step % 3
     return Sched(
@@ -256,6 +261,13 @@ def dynamic_dataclass(rank, world, writer_rank):
             _same(shell, _sched(9))
         with pytest.raises(rt.StructureMismatchError):
             g.broadcast_dataclass(_sched(10) if g.is_writer else shell)
+        # a device tensor nested in a leaf would be pickled: refused on every rank before the manifest
+        if g.is_writer:
+            with pytest.raises(rt.BroadcastError, match=r"\.t\[1\]\[0\] is a meta tensor nested"):
+                g.broadcast_dataclass(Leafy((1, (torch.empty(1, device="meta"),))))
+        else:
+            with pytest.raises(rt.SenderError, match="meta tensor nested"):
+                g.broadcast_dataclass(Leafy(()))
         # a shell built for the fixed mode works in the dynamic mode as well
         obj = make_batch(True) if g.is_writer else make_batch(False)
         g.broadcast_dataclass(obj, structure="dynamic")

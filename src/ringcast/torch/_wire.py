@@ -84,20 +84,35 @@ def _devices(pg, kind: str) -> frozenset:
     return known if known else frozenset({kind})
 
 
+_NESTABLE = (dict, list, tuple, set, frozenset)
+
+
 def nested_device_tensor(value, where: str):
     """The first non-CPU tensor inside ``value``'s lists, tuples, sets and dicts, as
-    ``(path, tensor)``; None if there is none (nested values are pickled, not sent as tensors)."""
+    ``(path, tensor)``; None if there is none (nested values are pickled, not sent as tensors).
+    Scalars are skipped without a stack entry: a long list of ints costs one pass."""
     stack = [(value, where)]
     while stack:
         v, path = stack.pop()
         if isinstance(v, torch.Tensor):
             if v.device.type != "cpu":
                 return path, v
-        elif isinstance(v, dict):
-            stack.extend((x, f"{path}[{k!r}]") for k, x in v.items())
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+            continue
+        if not isinstance(v, _NESTABLE):
+            continue
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            if isinstance(x, torch.Tensor) or isinstance(x, _NESTABLE):
+                stack.append((x, f"{path}[{k!r}]"))
     return None
+
+
+def nested_error(found: tuple, fix: str) -> BroadcastError:
+    path, t = found
+    return BroadcastError(
+        f"{path} is a {t.device.type} tensor nested inside a container: nested values are pickled into the manifest "
+        f"(through host memory, without the device group), so only CPU tensors may be nested; {fix}, or move it to the CPU"
+    )
 
 
 def staging_buffer(nbytes: int) -> torch.Tensor:

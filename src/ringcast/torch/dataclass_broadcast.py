@@ -28,7 +28,7 @@ import dataclasses
 import torch
 import torch.distributed as dist
 
-from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, recv, send, send_error
+from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, nested_device_tensor, nested_error, recv, send, send_error
 from .errors import StructureMismatchError
 from .flatten import encode_key
 from .group import GroupBase
@@ -192,6 +192,10 @@ def _broadcast_dataclass(g: GroupBase, obj, src: int, check: bool, structure: st
                 check_sendable(t, _show(path))
                 group_for(t, g.cpu_group, g.device_group, _show(path), g.stage)
                 tensors.append(t.contiguous())
+            for path, v in w.values.items():
+                found = nested_device_tensor(v, _show(path))
+                if found is not None:
+                    raise nested_error(found, "hold it in a list, a dict or a dataclass field")
         except Exception as e:
             send_error(g.mq, _KIND, e)
             raise

@@ -107,7 +107,7 @@ class Driver:
 
     def _send(self, op: str, method=None, args=(), kwargs=None, reply: bool = False) -> None:
         if self.stopped:
-            raise BroadcastError("run_workers() after stop(): the followers have left their loops")
+            raise BroadcastError("a call after stop(): the followers have left their loops (make a new Driver after restarting them)")
         if op == _CALL:
             self.seq += 1
         if self.group.mq is not None:
@@ -131,7 +131,7 @@ class Driver:
         fn = _resolve(self.worker, method)
         g = self.group
         if self.stopped:
-            raise BroadcastError("run_workers() after stop(): the followers have left their loops")
+            raise BroadcastError("run_workers() after stop(): the followers have left their loops (make a new Driver after restarting them)")
         if g.mq is not None and self._replies is None:
             self._send(_REPLIES)
             self._replies = _reply_queues(g, timeout)

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from ..groups import queue_for
-from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, nested_device_tensor, recv, send, send_error
+from ._wire import TensorMetadata, broadcast_tensors, check_sendable, group_for, nested_device_tensor, nested_error, recv, send, send_error
 from .errors import BroadcastError
 from .group import GroupBase
 
@@ -31,11 +31,7 @@ def _manifest(g: GroupBase, tensor_dict) -> tuple[list, list]:
         else:
             found = nested_device_tensor(value, where)
             if found is not None:
-                raise BroadcastError(
-                    f"{found[0]} is a {found[1].device.type} tensor nested inside a container: nested values are pickled "
-                    "into the manifest (through host memory, without the device group), so only CPU tensors may be "
-                    "nested; put it at the top level of the dict, or move it to the CPU"
-                )
+                raise nested_error(found, "put it at the top level of the dict")
             manifest.append((key, value))
     return manifest, tensors
 
