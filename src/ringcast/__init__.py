@@ -8,6 +8,9 @@ General layout, bottom up (an import never points up):
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the protocol steps (``RingWriter``,
   ``RingReader``), one method per TLA+ action of spec/Ring.tla.
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
+* :mod:`ringcast.groups` - the group protocol (duck-typed process groups; torch's adapted, torch
+  imported only then), the locality probe and the handle exchange: ``queue_from_group`` builds
+  a queue over a group, given the queue class (so it imports neither the queue nor the torch half).
 * :mod:`ringcast.queue` - :class:`MessageQueue`: pickle, overflow socket, remote readers,
   handshake, timeouts, shutdown (vLLM-compatible API).
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
