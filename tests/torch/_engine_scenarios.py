@@ -103,6 +103,25 @@ class RpcWorker(Worker):
         return "quick"
 
 
+def run_workers_remote(rank, world, writer_rank):
+    """One follower joins over TCP; its answers come back over TCP as well (a big one too)."""
+    remote = (writer_rank + 1) % world
+    with make_group("world", writer_rank, force_remote=rank == remote) as g:
+        w = RpcWorker(rank)
+        if not g.is_writer:
+            return rt.follower_loop(w, g, connect_ip="127.0.0.1")
+        d = rt.Driver(g, w)
+        got = d.run_workers("whoami")
+        assert got == [(r, (), {}) for r in range(world)]
+        assert d.run_workers(_big) == [bytes([r]) * (2 * MIB) for r in range(world)]
+        d.stop()
+        return "driver"
+
+
+def _big(worker):
+    return bytes([worker.rank]) * (2 * MIB)
+
+
 def _rank_and(worker, x):
     return (worker.rank, x)
 

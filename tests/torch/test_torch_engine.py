@@ -36,6 +36,11 @@ def test_run_workers_results_errors_timeout(pool4, writer_rank):
 
 
 @pytest.mark.timeout(90)
+def test_run_workers_with_a_remote_follower(pool4):
+    assert pool4.run(es.run_workers_remote, 3, timeout=60) == [2, 2, 2, "driver"]
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("writer_rank", [0, 1])
 def test_vllm_shaped_broadcast_tensor_dict(pool4, writer_rank):
     res = pool4.run(es.vllm_tensor_dict, writer_rank, timeout=60)

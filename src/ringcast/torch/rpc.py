@@ -50,9 +50,10 @@ def _name(method) -> str:
     return method if isinstance(method, str) else getattr(method, "__qualname__", repr(method))
 
 
-def _reply_queues(g: GroupBase, timeout: float | None) -> dict:
+def _reply_queues(g: GroupBase, timeout: float | None, connect_ip: str | None = None) -> dict:
     """Collective over the group: every follower makes a one-reader queue whose reader is the
-    driver (over shared memory where the follower is a local reader of the group's queue).
+    driver (over shared memory where the follower is a local reader of the group's queue, else
+    over TCP to the follower's ``connect_ip``).
     Returns ``{group rank: reader}`` on the driver, ``{rank: writer}`` on a follower."""
     og = g.object_group
     mine = None
@@ -61,7 +62,7 @@ def _reply_queues(g: GroupBase, timeout: float | None) -> dict:
     if not g.is_writer:
         try:
             local = bool(g.mq._is_local_reader)
-            mine = MessageQueue(1, int(local), [0] if local else [], _REPLY_CHUNK_BYTES, _REPLY_CHUNKS)
+            mine = MessageQueue(1, int(local), [0] if local else [], _REPLY_CHUNK_BYTES, _REPLY_CHUNKS, connect_ip)
             handle = mine.export_handle()
         except Exception as e:  # noqa: BLE001 - reported to every rank
             err = e
@@ -201,15 +202,18 @@ class Driver:
 
 
 class Follower:
-    """The follower side; :meth:`loop` runs until the driver's :meth:`Driver.stop`."""
+    """The follower side; :meth:`loop` runs until the driver's :meth:`Driver.stop`.
+    ``connect_ip``: where the driver reaches this follower's reply queue when it is not local
+    (default: this host's outward address)."""
 
-    def __init__(self, group: GroupBase, worker) -> None:
+    def __init__(self, group: GroupBase, worker, *, connect_ip: str | None = None) -> None:
         if group.is_writer:
             raise BroadcastError(f"group rank {group.rank} is the queue's writer: it is the driver, not a follower")
         self.group = group
         self.worker = worker
         self.errors: list[FollowerError] = []
         self.calls = 0
+        self.connect_ip = connect_ip
         self._reply = None
 
     def step(self) -> bool:
@@ -231,7 +235,7 @@ class Follower:
             dist.gather_object(errors, None, dst=g.writer_global_rank, group=g.cpu_group)
             return True
         if op == _REPLIES:
-            self._reply = _reply_queues(g, None)[g.rank]
+            self._reply = _reply_queues(g, None, self.connect_ip)[g.rank]
             return True
         self.calls += 1
         ok = True
@@ -269,10 +273,10 @@ class Follower:
         return self.calls
 
 
-def follower_loop(worker, group: GroupBase) -> int:
+def follower_loop(worker, group: GroupBase, *, connect_ip: str | None = None) -> int:
     """Run calls from the driver on ``worker`` until the driver's ``stop()``; returns the number
     of calls run. Exceptions of the calls (a mismatch inside a broadcast, a worker bug...) are
     logged with the rank and kept for the driver's ``collect_errors()``, and the loop serves on;
     only queue failures (:data:`QUEUE_FAILURES`: dead peer, closed, cancelled, queue timeout)
-    propagate."""
-    return Follower(group, worker).loop()
+    propagate. ``connect_ip``: see :class:`Follower`."""
+    return Follower(group, worker, connect_ip=connect_ip).loop()
