@@ -10,6 +10,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ringcast import HandleError
 from ringcast import headroom as headroom_mod
@@ -75,6 +77,26 @@ def test_create_validates_its_arguments():
             Segment.create(size, kind="posix")
     with pytest.raises(TypeError, match="use Segment.create"):
         Segment()
+
+
+_ints = st.one_of(st.integers(-5, 70000), st.sampled_from([os.getpid(), 1, 2**62, 2**63]))
+
+
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.builds(lambda *f: "memfd/" + "/".join(map(str, f)), _ints, _ints, _ints, _ints, st.text("0123456789abcdefX", max_size=34)),
+    )
+)
+def test_fuzzed_locators_give_handle_errors_only(text):
+    """Whatever string arrives as a locator: HandleError (or a real segment), never another error
+    and never a mapping of something that is not a ringcast segment."""
+    try:
+        seg = Segment.attach(text)
+    except HandleError:
+        assert not can_attach(text)
+        return
+    seg.close()  # pragma: no cover - a random string naming a live segment
 
 
 def _memory_cgroup() -> tuple[str, str, str] | None:
