@@ -32,7 +32,18 @@ OrderSendBeforeClear   == <<"clear_written", "payload", "send", "clear_flags", "
 
 \* Refinement of the abstract broadcast log (Broadcast.tla): the log is
 \* what the writer has written, a reader's cursor is what it delivered.
-BC == INSTANCE Broadcast WITH Readers <- Readers, M <- M,
+\* The bound is N chunks, plus one overflow payload in flight: a reader acks
+\* a marker before it receives the payload over the socket.
+Cap == IF Big = {} THEN N ELSE N + 1
+\* Readers that cannot die; the others leave the abstract service.
+Survivors == Readers \ CrashSet
+
+BC == INSTANCE Broadcast WITH Readers <- Readers, M <- M, Cap <- Cap,
                                log <- sent, got <- recv
 AbsSafety == BC!Safety
+
+BL == INSTANCE Broadcast WITH Readers <- Survivors, M <- M, Cap <- Cap,
+                               log <- sent, got <- [r \in Survivors |-> recv[r]]
+\* Ring => Broadcast!Spec: bounded buffer and liveness under fairness.
+AbsSpec == BL!Spec
 =============================================================================

@@ -232,3 +232,114 @@ State 3: <Other line 7, col 1 to line 8, col 2 of module T>
                for l in lines), text
     assert any(l.split()[:2] == ["3", "Other"] and "x = 1" in l and "pc" not in l
                for l in lines), text
+
+
+# ------------------------------------------------- (d) the manifest's models --
+
+FENCES = ("F2", "F3", "F4", "F5", "F6W", "F6N", "F7")
+
+
+def cfg_constants(cfg: Path) -> dict[str, str]:
+    consts, section = {}, None
+    for line in cfg.read_text().splitlines():
+        line = line.split("\\*", 1)[0].rstrip()
+        if line and not line[0].isspace():
+            section = line.split()[0]
+        elif section == "CONSTANTS" and line.strip():
+            m = re.match(r"\s*(\w+)\s*(?:=|<-)\s*(.+)$", line)
+            consts[m.group(1)] = m.group(2).strip()
+    return consts
+
+
+def effective(c: dict[str, str]) -> dict[str, str]:
+    """The constants that can change a model's behaviours (Ring.tla's own guards): fences only
+    act on TSO/RELAXED, F6W only on RELAXED with parking (on TSO the announce is a locked RMW),
+    F6N only with parking, the overflow switches only with overflowing messages, eviction's
+    switches only with readers that may die."""
+    c = dict(c)
+    drop = set()
+    if c["MM"] == '"SC"':
+        drop |= set(FENCES)
+    if c["Parking"] != "TRUE":
+        drop |= {"F6W", "F6N", "Recheck"}
+    if c["MM"] != '"RELAXED"':
+        drop.add("F6W")
+    if c["Big"] == "{}":
+        drop |= {"RecvMode", "TimeoutAnytime"}
+    if c["Evict"] != "TRUE":
+        drop.add("EvictSkipsFlag")
+    if c["CrashSet"] == "{}":
+        drop.add("Evict")
+    return {k: v for k, v in c.items() if k not in drop}
+
+
+def checks_of(cfg: Path) -> tuple:
+    text = cfg.read_text()
+    return tuple(sorted(re.findall(r"^(?:INVARIANTS?|PROPERT(?:Y|IES))\b(.*)$", text, re.M)))
+
+
+def manifest_models() -> list[dict]:
+    return json.loads((SPEC / "models.json").read_text())["models"]
+
+
+def test_no_model_is_identical_to_another():
+    """Two models with the same spec, the same constants (up to switches the spec ignores in
+    that configuration) and the same checks are one model counted twice."""
+    seen: dict[tuple, str] = {}
+    for m in manifest_models():
+        cfg = SPEC / m["cfg"]
+        key = (m["module"], tuple(sorted(effective(cfg_constants(cfg)).items())),
+               checks_of(cfg), m.get("deadlock", True))
+        assert key not in seen, f"{m['name']} is the same model as {seen[key]}"
+        seen[key] = m["name"]
+    by_sig: dict[tuple, list[str]] = {}
+    for m in manifest_models():
+        c = cfg_constants(SPEC / m["cfg"])
+        by_sig.setdefault((m["module"], m["distinct"], tuple(sorted(c.items()))), []).append(m["name"])
+    assert all(len(v) == 1 for v in by_sig.values()), [v for v in by_sig.values() if len(v) > 1]
+
+
+def test_every_fence_switch_changes_the_model():
+    """A pair of models that differ in one fence only must differ in result or in states:
+    otherwise the fence has no semantics there and the "without" model cannot fail."""
+    models = [(m, cfg_constants(SPEC / m["cfg"])) for m in manifest_models()]
+    for a, ca in models:
+        for b, cb in models:
+            diff = {k for k in ca if ca[k] != cb.get(k)}
+            if a["name"] < b["name"] and len(diff) == 1 and diff <= set(FENCES):
+                assert (a["expect"], a["distinct"]) != (b["expect"], b["distinct"]), \
+                    f"{a['name']} and {b['name']} differ only in {diff} and give the same result"
+
+
+def test_every_code_fence_is_required_by_a_failing_model():
+    """The code's fences F3, F4, F5, F6W, F6N, F7: for each, a model without it fails."""
+    failing = {}
+    for m in manifest_models():
+        c = cfg_constants(SPEC / m["cfg"])
+        if m["expect"] != "ok" and c["MM"] != '"SC"':
+            for f in FENCES:
+                if c[f] == "FALSE":
+                    failing.setdefault(f, []).append(m["name"])
+    assert {"F3", "F4", "F5", "F6W", "F6N", "F7"} <= failing.keys(), failing
+
+
+def test_shipped_configurations_are_models():
+    """The configurations the code ships, each expected ok and checked against Broadcast!Spec."""
+    by = {m["name"]: m for m in manifest_models()}
+    for name in ("overflow_code", "park_overflow_code", "park_relaxed_code", "park_tso_code",
+                 "ring_correct_n3", "relaxed_code_n3"):
+        assert by[name]["expect"] == "ok", name
+        assert "AbsSpec" in " ".join(checks_of(SPEC / by[name]["cfg"])), name
+    code = cfg_constants(SPEC / by["park_relaxed_code"]["cfg"])
+    assert {f for f in FENCES if code[f] == "TRUE"} == {"F3", "F4", "F5", "F6W", "F6N", "F7"}
+    assert cfg_constants(SPEC / by["overflow_code"]["cfg"])["Order"] == "OrderSendBeforeClear"
+    broken = by["park_no_recheck_liveness"]  # the lost wake-up fails the refinement
+    assert broken["expect"] == "liveness" and "AbsSpec" in broken["violated"].split(",")
+
+
+def test_cfg_properties_are_named():
+    tlc = load_tlc()
+    assert tlc.cfg_properties("SPECIFICATION Spec\nINVARIANTS TypeOK\nPROPERTIES Delivered WriterDone\n") == \
+        ["Delivered", "WriterDone"]
+    assert tlc.cfg_properties("PROPERTY AbsSpec \\* refinement\n") == ["AbsSpec"]
+    assert tlc.cfg_properties("INVARIANTS TypeOK\n") == []

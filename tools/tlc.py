@@ -445,17 +445,17 @@ def run_model(model: dict, java: str, jar: Path, workers: int,
     """Run one model.  ``invariants``/``properties`` (space separated; "" for none) replace the
     cfg's; a violated temporal property is reported by name (``violated``)."""
     start = time.monotonic()
+    original = model
     with tempfile.TemporaryDirectory(prefix="ringcast-tlc-") as tmp:
         metadir = os.path.join(tmp, "states")
         javatmp = os.path.join(tmp, "java")
         os.makedirs(javatmp)
         if invariants is not None or properties is not None:  # a rewritten copy
             text = (SPEC_DIR / model["cfg"]).read_text()
-            for key, new in (("INVARIANTS", invariants), ("PROPERTIES", properties)):
+            for key, pattern, new in (("INVARIANTS", r"^INVARIANTS?\b.*$", invariants),
+                                      ("PROPERTIES", r"^PROPERT(?:Y|IES)\b.*$", properties)):
                 if new is not None:
-                    text = re.sub(rf"^{key[:-3]}(Y|IES)?\b.*$".replace("(Y|IES)?", "(Y|IES)?")
-                                  if key == "PROPERTIES" else r"^INVARIANTS?\b.*$",
-                                  (key + " " + new) if new else "", text, flags=re.M)
+                    text = re.sub(pattern, (key + " " + new) if new else "", text, flags=re.M)
             cfg = os.path.join(tmp, model["cfg"])
             Path(cfg).write_text(text)
             model = dict(model, cfg=cfg)
@@ -486,7 +486,7 @@ def run_model(model: dict, java: str, jar: Path, workers: int,
         if e.startswith("Temporal properties were violated"):
             violated = "temporal"
             if name_temporal_props:
-                violated = name_temporal(model, java, jar, workers)
+                violated = name_temporal(original, java, jar, workers)
         if e.startswith("Deadlock reached"):
             violated = "deadlock"
     return dict(name=model["name"], code=code, result=exit_name(code),
@@ -502,7 +502,10 @@ def check(model: dict, res: dict, count_exact: bool) -> list[str]:
     elif model.get("violated") and res["violated"] != model["violated"]:
         diffs.append(f"violated {res['violated']} (expected {model['violated']})")
     want = model.get("distinct")
-    if want is not None and count_exact and res["distinct"] != want:
+    # A liveness violation's count depends on when TLC's periodic liveness check found it
+    # (timing): not compared.
+    if want is not None and count_exact and res["result"] != "liveness" \
+            and res["distinct"] != want:
         diffs.append(f"distinct states {res['distinct']} (expected {want})")
     return diffs
 
@@ -634,7 +637,7 @@ def main(argv: list[str] | None = None,
         if args.invariants is not None:
             diffs = [] if res["result"] in EXPECTABLE else [res["result"]]
         else:
-            diffs = check(m, res, count_exact or res["result"] in ("ok", "liveness"))
+            diffs = check(m, res, count_exact or res["result"] == "ok")
         with lock:
             results[m["name"]] = res
             tag = "PASS" if not diffs else "FAIL"
