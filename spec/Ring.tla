@@ -306,7 +306,7 @@ ReaderCrash(r) ==
     /\ alive' = [alive EXCEPT ![r] = FALSE]
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted>>
 
-\* queue.py::MessageQueue._writer_send_overflow
+\* endpoint.py::WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
     /\ pc[Wr] = "send"
     /\ fifo' = IF msg \in Big
@@ -380,7 +380,7 @@ ReaderAck(r) ==
        /\ pc' = [pc EXCEPT ![r] = "copy_late"]
        /\ UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* queue.py::MessageQueue._reader_recv_overflow
+\* endpoint.py::ReaderEndpoint._reader_recv_overflow
 ReaderRecvOverflow(r) ==
     /\ pc[r] \in {"recv", "owed"}
     /\ \/ /\ fifo[r] # << >>                    \* receive the payload

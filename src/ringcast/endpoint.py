@@ -127,7 +127,7 @@ class WriterEndpoint(_Endpoint):
             w._writer_write_payload(parts[:1])
         w._writer_write_payload(parts)
         if overflow is not None:
-            self._send_overflow(overflow)
+            self._writer_send_overflow(overflow)
         self._clear_flags_and_publish()
         self.notifies.notify("writer", w.index)
 
@@ -153,7 +153,7 @@ class WriterEndpoint(_Endpoint):
         w._writer_publish()
 
     # Spec: WriterSendOverflow
-    def _send_overflow(self, frames) -> None:
+    def _writer_send_overflow(self, frames) -> None:
         if _steps.hook is not None:
             _steps.hook("WriterSendOverflow", "writer", self.cursor.index, None)
         self.send_overflow(frames)
@@ -209,7 +209,7 @@ class ReaderEndpoint(_Endpoint):
         seconds) bounds the overflow receive, ``timeout`` the wait for the chunk. If copy_out
         raises, the chunk is acked all the same and the exception propagates."""
         if self.owed:  # an earlier receive acked a marker but timed out on its payload
-            return None, self._recv_overflow(deadline, timeout)
+            return None, self._reader_recv_overflow(deadline, timeout)
         self.wait_ready(timeout)
         c = self.cursor
         try:
@@ -220,7 +220,7 @@ class ReaderEndpoint(_Endpoint):
             self.notifies.notify(self.r, c.index)
         if kept is OVERFLOW:
             self.owed = True
-            return None, self._recv_overflow(deadline, timeout)
+            return None, self._reader_recv_overflow(deadline, timeout)
         return kept, None
 
     @contextmanager
@@ -237,7 +237,7 @@ class ReaderEndpoint(_Endpoint):
             self.notifies.notify(self.r, c.index)
 
     # Spec: ReaderRecvOverflow
-    def _recv_overflow(self, deadline: float | None, timeout: float | None):
+    def _reader_recv_overflow(self, deadline: float | None, timeout: float | None):
         if _steps.hook is not None:
             _steps.hook("ReaderRecvOverflow", self.r, self.cursor.index, None)
         frames = self.recv_overflow(deadline, timeout)
