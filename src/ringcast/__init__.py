@@ -1,18 +1,32 @@
 """ringcast: broadcast control-plane objects from one writer process to many readers.
 
-General layout, bottom up (an import never points up):
+General layout, bottom up (an import never points up; tests/test_structure.py checks that no
+import cycle exists, imports inside functions included):
 
+* :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
+  or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
-* :mod:`ringcast.atomics` - fence, 32-bit atomics and futex (C extension, ctypes fallback).
-* :mod:`ringcast.shm` - creating/attaching POSIX shared memory; process identity.
-* :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the protocol steps (``RingWriter``,
+* :mod:`ringcast.atomics` - fence, 32-bit atomics and futex (C extension; lock fallback on x86).
+* :mod:`ringcast.shm` - creating/attaching shared memory segments; process identity.
+* :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the atomic protocol steps (``RingWriter``,
   ``RingReader``), one method per TLA+ action of spec/Ring.tla.
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
+* :mod:`ringcast.endpoint` - the protocol endpoints: ``WriterEndpoint.publish(parts, ...)`` and
+  ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
+  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying); the only caller
+  of the ring's steps, and what MessageQueue, the stateful harness and the trace recorder run.
+* :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).
+* :mod:`ringcast.framing` - an object as a chunk's parts or overflow frames, and back (markers,
+  pickle, out-of-band buffers, the allow-list unpickler).
+* :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
+* :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
+* :mod:`ringcast.roles` - a queue side's wait diagnostics (timeouts, dead peers, eviction, the
+  long-wait log), wait policy and statistics.
 * :mod:`ringcast.groups` - the group protocol (duck-typed process groups; torch's adapted, torch
   imported only then), the locality probe and the handle exchange: ``queue_from_group`` builds
   a queue over a group, given the queue class (so it imports neither the queue nor the torch half).
-* :mod:`ringcast.queue` - :class:`MessageQueue`: pickle, overflow socket, remote readers,
-  handshake, timeouts, shutdown (vLLM-compatible API).
+* :mod:`ringcast.queue` - :class:`MessageQueue`, the vLLM-compatible front: it ties the
+  endpoint, framing, channel, handshake and roles of one side together; lifetime and shutdown.
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
   dataclass broadcast, driver/follower RPC. Importing ringcast never imports torch.
 * :mod:`ringcast.cli` - ``ringcast stress``, ``ringcast bench``, ``ringcast spec``.
