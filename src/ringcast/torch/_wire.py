@@ -3,6 +3,7 @@ message envelope that goes through the queue."""
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -79,12 +80,27 @@ def group_for(t: torch.Tensor, cpu_group, device_group, where: str, stage: bool 
     return device_group
 
 
+_known_backends: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _devices(pg, kind: str) -> frozenset:
-    known = backend_devices(pg)
+    """:func:`backend_devices` of ``pg`` (cached per group: a group's backend never changes),
+    or ``{kind}`` when the backend is unknown (then nothing is refused)."""
+    try:
+        known = _known_backends.get(pg)
+    except TypeError:  # not weak-referenceable: no cache
+        known = None
+    if known is None:
+        known = backend_devices(pg)
+        try:
+            _known_backends[pg] = known
+        except TypeError:
+            pass
     return known if known else frozenset({kind})
 
 
 _NESTABLE = (dict, list, tuple, set, frozenset)
+_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
 
 
 def nested_device_tensor(value, where: str):
@@ -100,9 +116,11 @@ def nested_device_tensor(value, where: str):
             continue
         if not isinstance(v, _NESTABLE):
             continue
+        if len(v) > 16 and _PLAIN.issuperset(map(type, v.values() if isinstance(v, dict) else v)):
+            continue  # a long run of plain scalars (one pass in C): nothing inside
         items = v.items() if isinstance(v, dict) else enumerate(v)
         for k, x in items:
-            if isinstance(x, torch.Tensor) or isinstance(x, _NESTABLE):
+            if type(x) not in _PLAIN and isinstance(x, (torch.Tensor, *_NESTABLE)):
                 stack.append((x, f"{path}[{k!r}]"))
     return None
 
