@@ -1,4 +1,5 @@
-"""Shared fixtures: every test checks that it leaves no shared-memory segment behind."""
+"""Shared fixtures: every test checks that it leaves no shared-memory segment behind (no name in
+/dev/shm, no memfd descriptor) and no socket open."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def _dead_creator(name: str) -> bool:
     return pid != os.getpid() and not process_alive(pid, 0)
 
 
-def _open_sockets() -> set[str]:
-    """Socket and eventfd descriptors of this process (what ZeroMQ contexts hold)."""
+def _descriptors(wanted) -> set[str]:
+    """This process's descriptors whose /proc/self/fd link ``wanted(target)`` accepts, as
+    "fd->target@inode" (a number reused for another file counts as new)."""
     out = set()
     try:
         fds = os.listdir("/proc/self/fd")
@@ -68,26 +70,53 @@ def _open_sockets() -> set[str]:
     for fd in fds:
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
+            if wanted(target):
+                out.add(f"{fd}->{target}@{os.stat(f'/proc/self/fd/{fd}').st_ino}")
         except OSError:
             continue
-        if target.startswith("socket:") or target == "anon_inode:[eventfd]":
-            out.add(f"{fd}->{target}")
     return out
 
 
-@pytest.fixture(autouse=True)
-def no_socket_leak(request):
-    """Fail a test that leaves sockets or eventfds open in this process (an unclosed queue)."""
-    before = _open_sockets()
+def _open_sockets() -> set[str]:
+    """Socket and eventfd descriptors of this process (what ZeroMQ contexts hold)."""
+    return _descriptors(lambda t: t.startswith("socket:") or t == "anon_inode:[eventfd]")
+
+
+def _memfd_descriptors() -> set[str]:
+    """ringcast memfd segments this process holds open: a creator's descriptor (which keeps the
+    segment attachable) or a live mapping (mmap keeps a duplicate of its descriptor)."""
+    from ringcast.shm import MEMFD_NAME
+
+    return _descriptors(lambda t: t.startswith(f"/memfd:{MEMFD_NAME}"))
+
+
+def _fail_on_new(snapshot, what: str):
+    """Yield (the test runs), then fail if ``snapshot()`` shows descriptors the test left open.
+    /proc/self/fd is this process's own: concurrent xdist workers never show up, and pools
+    spawned up front (session fixtures) hold theirs before the first snapshot."""
+    before = snapshot()
     yield
-    leaked = _open_sockets() - before
+    leaked = snapshot() - before
     if leaked:
         import gc
 
         gc.collect()
-        leaked = _open_sockets() - before
+        leaked = snapshot() - before
     if leaked:
-        pytest.fail(f"test left {len(leaked)} socket/eventfd descriptors open: {sorted(leaked)[:6]}")
+        pytest.fail(f"test left {len(leaked)} {what} open: {sorted(leaked)[:6]}")
+
+
+@pytest.fixture(autouse=True)
+def no_socket_leak():
+    """Fail a test that leaves sockets or eventfds open in this process (an unclosed queue)."""
+    yield from _fail_on_new(_open_sockets, "socket/eventfd descriptors")
+
+
+@pytest.fixture(autouse=True)
+def no_memfd_leak():
+    """Fail a test that leaves a ringcast memfd segment open in this process (a queue or ring
+    created or attached and never closed)."""
+    yield from _fail_on_new(_memfd_descriptors, "memfd segment descriptors (close() the queue or ring)")
 
 
 @pytest.fixture(autouse=True)

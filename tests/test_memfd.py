@@ -524,11 +524,6 @@ if __name__ == "__main__":
 
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not _can_mount_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
-@pytest.mark.xfail(
-    strict=True,
-    reason="pending the queue integration of issue 15: MessageQueue still makes a named segment, which a 64 MB "
-    "/dev/shm cannot hold; remove this marker when ShmRingBuffer creates kind='auto' segments",
-)
 def test_queue_of_160_mib_with_3_readers_under_a_64_mb_dev_shm(tmp_path):
     script = tmp_path / "queue_under_small_shm.py"
     script.write_text(_QUEUE_UNDER_SMALL_SHM.format(tests=os.path.dirname(os.path.abspath(__file__))))

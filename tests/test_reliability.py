@@ -137,14 +137,16 @@ def test_writer_killed_mid_protocol(action, nth):
 
 
 @pytest.mark.timeout(60)
-def test_creator_killed_before_handshake_leaves_no_segment():
-    """The segment is registered with the creator's resource tracker: SIGKILL the creator and the
-    tracker removes it (it prints a 'leaked shared_memory' warning, which is the point)."""
+@pytest.mark.parametrize("kind", ["posix", "memfd"])
+def test_creator_killed_before_handshake_leaves_no_segment(kind):
+    """posix: the segment is registered with the creator's resource tracker, so SIGKILL the
+    creator and the tracker removes it (it prints a 'leaked shared_memory' warning, which is the
+    point). memfd: there is no name at all, and nobody can attach once the creator is gone."""
     code = textwrap.dedent(
-        """
+        f"""
         import sys, time
         from ringcast import MessageQueue
-        mq = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2)
+        mq = MessageQueue(2, 2, max_chunk_bytes=64, max_chunks=2, segment_kind="{kind}")
         print(mq.buffer.name, flush=True)
         time.sleep(3600)
         """
@@ -152,13 +154,18 @@ def test_creator_killed_before_handshake_leaves_no_segment():
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         name = proc.stdout.readline().strip()
-        assert name.startswith("ringcast_") and os.path.exists(f"/dev/shm/{name}")
+        if kind == "memfd":
+            assert name.startswith("memfd/") and shm_mod.can_attach(name)
+            assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"ringcast_{proc.pid}_")]
+        else:
+            assert name.startswith("ringcast_") and os.path.exists(f"/dev/shm/{name}")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 20
         while os.path.exists(f"/dev/shm/{name}"):
             assert time.monotonic() < deadline, f"segment {name} outlived its creator"
             time.sleep(0.01)
+        assert not shm_mod.can_attach(name)
     finally:
         proc.kill()
         proc.communicate(timeout=10)
@@ -192,12 +199,12 @@ def test_small_dev_shm_fails_at_creation_never_sigbus():
         import ringcast.shm as s
         from ringcast import MessageQueue, ShmSpaceError
         try:
-            MessageQueue(1, 1, max_chunk_bytes=1 << 20, max_chunks=2)
+            MessageQueue(1, 1, max_chunk_bytes=1 << 20, max_chunks=2, segment_kind="posix")
         except ShmSpaceError as e:
             print("CHECK", e)
         s.shm_free_bytes = lambda d=s.SHM_DIR: 1 << 40  # skip the check: posix_fallocate must catch it
         try:
-            MessageQueue(1, 1, max_chunk_bytes=1 << 20, max_chunks=2)
+            MessageQueue(1, 1, max_chunk_bytes=1 << 20, max_chunks=2, segment_kind="posix")
         except ShmSpaceError as e:
             print("FALLOCATE", e)
         import os
@@ -218,11 +225,11 @@ def test_small_dev_shm_fails_at_creation_never_sigbus():
 
 
 def test_segment_name_collision_is_retried(monkeypatch):
-    first = ShmRingBuffer(1, 8, 1)
+    first = ShmRingBuffer(1, 8, 1, kind="posix")
     token = first.name.rsplit("_", 1)[1]
     tokens = iter([token, "feedfacecafebeef"])
     monkeypatch.setattr(shm_mod.secrets, "token_hex", lambda n: next(tokens))
-    second = ShmRingBuffer(1, 8, 1)
+    second = ShmRingBuffer(1, 8, 1, kind="posix")
     try:
         assert second.name.endswith("feedfacecafebeef") and second.name != first.name
     finally:
@@ -319,7 +326,7 @@ def test_operations_after_shutdown_and_close(group_factory=None):
 
 
 def test_segments_are_owner_only_and_unguessable():
-    a, b = ShmRingBuffer(1, 8, 1), ShmRingBuffer(1, 8, 1)
+    a, b = ShmRingBuffer(1, 8, 1, kind="posix"), ShmRingBuffer(1, 8, 1, kind="posix")
     try:
         assert shm_mod.segment_mode(a.name) == 0o600
         ta, tb = a.name.rsplit("_", 1)[1], b.name.rsplit("_", 1)[1]

@@ -52,7 +52,8 @@ class LayoutError(HandleError):
 
 
 class ShmSpaceError(RingcastError, OSError):
-    """/dev/shm has not enough room for the segment."""
+    """Not enough room for the segment: in /dev/shm for a named (posix) segment, in memory (the
+    memory cgroup's limit or the machine's MemAvailable) for an anonymous (memfd) one."""
 
 
 class PeerDiedError(RingcastError):

@@ -16,14 +16,12 @@ the queue class to build.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import socket
 import weakref
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import RingcastError
-from .shm import SHM_DIR
+from .shm import Segment, can_attach
 
 __all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queue_for"]
 
@@ -132,43 +130,31 @@ def _boot_id() -> str:
 
 
 class _Probe:
-    """A tiny file in /dev/shm (the directory POSIX shm_open uses on Linux) holding a random
-    token. A process that can read it back can attach to the writer's segments: it is local."""
+    """A tiny segment of the kind the queue will use, made by the writer. A member that can open
+    it and read its token back (:func:`ringcast.shm.can_attach`) can attach to the queue's
+    segment: it is local. Another user, container or PID namespace cannot (memfd segments are
+    opened through /proc/<writer pid>/fd)."""
 
-    def __init__(self) -> None:
-        self.name = f"ringcast-probe-{os.getpid()}-{secrets.token_hex(8)}"
-        self.token = secrets.token_hex(16)
-        self.path = None
+    def __init__(self, kind: str) -> None:
         try:
-            fd = os.open(os.path.join(SHM_DIR, self.name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            self.seg = Segment.create(64, kind=kind)
         except OSError:
-            return  # no /dev/shm here: readers fall back to (hostname, boot id)
-        try:
-            os.write(fd, self.token.encode())
-        finally:
-            os.close(fd)
-        self.path = os.path.join(SHM_DIR, self.name)
+            self.seg = None  # no shared memory here: members fall back to (hostname, boot id)
 
     def info(self) -> dict:
-        return {"name": self.name if self.path else None, "token": self.token, "host": socket.gethostname(), "boot_id": _boot_id()}
+        return {"locator": None if self.seg is None else str(self.seg.locator), "host": socket.gethostname(), "boot_id": _boot_id()}
 
     def remove(self) -> None:
-        if self.path:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-            self.path = None
+        if self.seg is not None:
+            self.seg.close()
+            self.seg.unlink()
+            self.seg = None
 
 
 def _sees(info: dict) -> bool:
-    if info["name"] is None:  # the writer has no /dev/shm: same host and same boot counts as local
+    if info["locator"] is None:  # the writer has no shared memory: same host and same boot counts as local
         return info["host"] == socket.gethostname() and info["boot_id"] == _boot_id()
-    try:
-        with open(os.path.join(SHM_DIR, info["name"]), "rb") as f:
-            return f.read() == info["token"].encode()
-    except OSError:
-        return False
+    return can_attach(info["locator"])
 
 
 def check_all(group: ObjectGroup, ok: bool, msg: str | None, what: str) -> None:
@@ -226,8 +212,8 @@ def queue_from_group(
     Returns the writer side on ``writer_rank`` and a reader side elsewhere, each past the READY
     handshake.
 
-    Locality is decided for real: the writer creates a probe file in /dev/shm and every member
-    reports (``all_gather_obj``) whether it can read it back; those that can attach to shared
+    Locality is decided for real: the writer creates a small probe segment of the queue's kind
+    and every member reports (``all_gather_obj``) whether it can open it and read its token; those that can attach to shared
     memory, the others become remote readers (TCP to ``connect_ip``, default: this host's outward
     address). ``force_remote=True`` makes *this* member join over TCP even if it could attach (a
     per-rank choice, e.g. to exercise the remote path on one machine). The handle, or the
@@ -246,7 +232,7 @@ def queue_from_group(
     is_writer = rank == writer_rank
 
     # Phase 1: who is local? The writer's probe is visible exactly to its node's processes.
-    probe = _Probe() if is_writer else None
+    probe = _Probe(kwargs.get("segment_kind", "auto")) if is_writer else None
     try:
         info = g.broadcast_obj(probe.info() if probe else None, writer_rank)
         sees = is_writer or (not force_remote and _sees(info))
@@ -260,7 +246,7 @@ def queue_from_group(
         for r in range(world):
             e = everyone[r]
             if r != writer_rank and not e["sees"] and e["host"] == mine["host"] and e["boot_id"] == mine["boot_id"]:
-                logger.info("ringcast: group rank %d shares this host but not its /dev/shm (a container, or force_remote): it joins over TCP", r)
+                logger.info("ringcast: group rank %d shares this host but cannot open its shared memory (another container or user, or force_remote): it joins over TCP", r)
 
     # Phase 2: the writer creates the queue; the handle (or its error) goes to every reader.
     mq = None

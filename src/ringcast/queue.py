@@ -58,7 +58,10 @@ class MessageQueue:
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
     for good, spec model ``evict_correct``) and the others go on. ``remote_curve=True`` encrypts
-    and authenticates the remote channel (docs/reliability.md).
+    and authenticates the remote channel (docs/reliability.md). ``segment_kind`` ("auto", "memfd"
+    or "posix") picks the shared-memory segment: "auto" is an anonymous memfd segment on Linux
+    (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
+    else a named POSIX one.
     """
 
     # Safe class-level defaults so close() works on a half-built object.
@@ -90,6 +93,7 @@ class MessageQueue:
         warn_interval: float = DEFAULT_WARN,
         remote_curve: bool = False,
         evict_dead_readers: bool = False,
+        segment_kind: str = "auto",
     ) -> None:
         for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -116,7 +120,7 @@ class MessageQueue:
             local_addr = remote_addr = None
             ipv6 = False
             if n_local_reader > 0:
-                self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks)
+                self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
                 self.buffer.register_writer()
                 ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     send_overflow=_weak(self._send_overflow))

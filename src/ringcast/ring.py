@@ -47,21 +47,24 @@ class ShmRingBuffer:
     """The segment: ``ShmRingBuffer(n_reader, max_chunk_bytes, max_chunks)`` creates it (zeroed
     metadata); ``ShmRingBuffer(..., name=NAME)`` attaches to an existing one and checks its header.
 
+    ``kind`` ("auto", "memfd" or "posix", see :mod:`ringcast.shm`) picks the segment a creator
+    makes; ``name`` is the segment's locator string either way (a /dev/shm name for posix), so
+    the vLLM-shaped handle ``(n_reader, max_chunk_bytes, max_chunks, name)`` attaches to both.
     Pickles by handle (attaching in the unpickling process). ``close()`` unmaps (everyone);
-    ``unlink()`` removes the name (only the creator; a no-op elsewhere).
+    ``unlink()`` (only the creator; a no-op elsewhere) stops new processes from attaching.
     """
 
     segment = None
     _closed = True
 
-    def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, shm_dir: str = SHM_DIR) -> None:
+    def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, shm_dir: str = SHM_DIR, kind: str = "auto") -> None:
         layout = Layout(n_reader, max_chunk_bytes, max_chunks)
         self.layout = layout
         self.n_reader = n_reader
         self.max_chunk_bytes = max_chunk_bytes
         self.max_chunks = max_chunks
         if name is None:
-            self.segment = Segment.create(layout.total_bytes, shm_dir=shm_dir)
+            self.segment = Segment.create(layout.total_bytes, kind=kind, shm_dir=shm_dir)
             # fallocate'd tmpfs pages read as zero: every chunk starts in state 00..0 (writable).
             layout.write_header(self.segment.buf)
         else:

@@ -298,7 +298,7 @@ class _FloorWriter:
         from ..shm import Segment
 
         self.n = n
-        self.seg = Segment.create(8 * (2 + n) + _FLOOR_CAP)
+        self.seg = Segment.create(8 * (2 + n) + _FLOOR_CAP, kind="auto")
         self.words = memoryview(self.seg.buf).cast("Q")  # [seq, length, ack_0 .. ack_{n-1}]
         self.seq = 0
         return self.seg.name
