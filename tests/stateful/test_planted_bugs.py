@@ -7,7 +7,8 @@ Two kinds of test, so that no verdict depends on which counterexample a search h
 * ``test_planted_bug_is_caught*``: Hypothesis searches for a counterexample (with a fixed seed:
   ``derandomize``, outside the ``stress`` profile), the harness's minimizer (pool.minimize:
   smaller parameters, then delta debugging on the steps, replayed on the real processes) shrinks
-  it, and the test asserts the kind of failure and the invariant that caught it.  The shrunk
+  it, and the test asserts the kind of failure and that the invariant that caught it is one that
+  can catch that bug (for two bugs at once, either may strike first).  The shrunk
   length is printed, never bounded: how short a found counterexample shrinks depends on where
   the search started.  Under the ``stress`` profile (or RINGCAST_HYPOTHESIS_SHRINK=1) the search
   is random, longer, and Hypothesis's own shrinker runs as well.
@@ -37,18 +38,20 @@ RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or os.enviro
 
 pytestmark = pytest.mark.timeout(300)
 
-# bug -> (writer, reader, invariant that catches it with Cursors, invariant with the spec's only)
+# bug -> (writer, reader, invariants that can catch it with Cursors, with the spec's only)
 BUGS = {
     # written := 1 before the read flags are cleared: a reader that reads and acks in between
     # has its ack erased and reads the message again (duplicate), on a fresh zero-filled segment
-    "reversed_writer": ("reversed", "correct", "InOrder", "InOrder"),
+    "reversed_writer": ("reversed", "correct", {"InOrder"}, {"InOrder"}),
     # a reader that moves past a chunk with written = 1 and its own flag 1 (needs a lap): a loss
-    "skipping_reader": ("correct", "skip", "Cursors", "InOrder"),
-    # the folklore combination
-    "reversed_writer_skipping_reader": ("reversed", "skip", "Cursors", "InOrder"),
+    "skipping_reader": ("correct", "skip", {"Cursors"}, {"InOrder"}),
+    # the folklore combination: either bug may strike first (the duplicate of the reversed
+    # writer on the first lap, or the skip, which needs a lap); which one the search meets first
+    # is not a property of the bug
+    "reversed_writer_skipping_reader": ("reversed", "skip", {"Cursors", "InOrder"}, {"InOrder"}),
     # a writer that moves on to the next chunk when its chunk is not free: with the spec's
     # invariants only, a loss (InOrder) or a deadlock (readers wait at a chunk the writer skipped)
-    "scan_ahead_writer": ("scan_ahead", "correct", "Cursors", "InOrder"),
+    "scan_ahead_writer": ("scan_ahead", "correct", {"Cursors"}, {"InOrder"}),
 }
 
 
@@ -76,23 +79,23 @@ def _invariant(e: ScheduleFailure) -> str:
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_planted_bug_is_caught(pool, bug):
-    writer, reader, invariant, _ = BUGS[bug]
+    writer, reader, invariants, _ = BUGS[bug]
     e = find_bug(pool, writer, reader, cursors=True)
     print(f"\n[{bug}] {e}")
     assert e.kind == "Violation", str(e)
-    assert _invariant(e) == invariant, str(e)
+    assert _invariant(e) in invariants, str(e)
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_planted_bug_spec_invariants_only(pool, bug):
-    writer, reader, _, invariant = BUGS[bug]
+    writer, reader, _, invariants = BUGS[bug]
     e = find_bug(pool, writer, reader, cursors=False)
     extra = f" (prefix of {e.drain_at} steps, then the fair drain)" if e.kind == "Liveness" else ""
     print(f"\n[{bug}, spec invariants only]{extra} {e}")
     if writer == "scan_ahead" and e.kind == "Liveness":
         return  # the other way the spec catches a writer that skips a busy chunk: a deadlock
     assert e.kind == "Violation", str(e)
-    assert _invariant(e) == invariant, str(e)
+    assert _invariant(e) in invariants, str(e)
 
 
 # bug -> (RingRun parameters, the process of each step: 0..NR-1 readers, NR the writer,
