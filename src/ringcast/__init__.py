@@ -30,6 +30,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
   dataclass broadcast, driver/follower RPC. Importing ringcast never imports torch.
 * :mod:`ringcast.cli` - ``ringcast stress``, ``ringcast bench``, ``ringcast spec``.
+* ``ringcast._bundled`` - no code of its own: the repository's ``spec/``, ``stress/`` and
+  ``tools/`` folders, shipped in the package (setup.py) so the CLI runs from a wheel.
 """
 
 from .errors import (
