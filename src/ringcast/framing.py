@@ -7,11 +7,18 @@ Chunk payload (byte 0 is the marker; the spec's overflow model, spec/RingOverflo
 * ``2`` inline with out-of-band buffers: ``u32 nbuf, u64 main_len, nbuf x u64 len`` then the
   pickle then each buffer: large numpy arrays / bytearrays / CPU tensors are copied once, straight
   into the chunk, and all readers share that one copy.
+* ``3`` inline with buffers in the tensor arena (:mod:`ringcast.arena`): as ``2``, but each
+  buffer's length is followed by an ``i64`` arena slot (-1: the buffer is inline, after the
+  pickle, as in ``2``); readers rebuild arena buffers as views of the slot (zero copy).
 * ``1`` overflow: the payload did not fit; it travels on the overflow channel as the frames
   ``[pickle, *buffers]`` (remote readers get every message that way).
 
-:func:`serialize` pickles, :func:`frame` picks the marker and lays out the parts,
-:class:`Unpickler` (with an optional allow-list) reads a chunk or frames back.
+The writer pickles with :class:`~ringcast.pickling.PartsPickler` (no ``pickle.dumps`` copy: the
+pickle comes as parts, large ``bytes`` by reference); :func:`frame` picks the marker from the
+total size and lays the parts out (they are copied exactly once, into the claimed chunk by
+:meth:`~ringcast.endpoint.WriterEndpoint.publish`, or into ZeroMQ's frames). The wire format is
+the same as with ``pickle.dumps``. :class:`Unpickler` (with an optional allow-list) reads a
+chunk or frames back.
 """
 
 from __future__ import annotations
@@ -22,61 +29,78 @@ import struct
 
 from .endpoint import OVERFLOW
 from .errors import PayloadError
+from .pickling import PartsPickler
 
-__all__ = ["INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "serialize", "frame", "Unpickler"]
+__all__ = ["INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "Pickler", "frame", "main_frame", "Unpickler"]
 
-INLINE, OVERFLOW_MARKER, INLINE_OOB = 0, 1, 2
+INLINE, OVERFLOW_MARKER, INLINE_OOB, INLINE_ARENA = 0, 1, 2, 3
 _OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
 _U64 = struct.Struct("<Q")
+_SLOT = struct.Struct("<Qq")  # a buffer's length, its arena slot (-1: inline)
 _MARK_INLINE = b"\x00"
 _MARK_OVERFLOW = (b"\x01",)
+_REBUILD_TENSOR = "ringcast.pickling.rebuild_tensor"
 
 
-def serialize(obj) -> tuple[bytes, list]:
-    """``(pickle, out-of-band buffers)`` of ``obj`` (protocol 5; buffers as contiguous raw views)."""
-    bufs: list = []
-    try:
-        main = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-    except Exception as e:
-        raise PayloadError(
-            f"cannot pickle {type(obj).__name__} for the queue: {e}; nothing was written. Send picklable "
-            "objects (plain data, dataclasses), or convert this one first"
-        ) from e
+def Pickler() -> PartsPickler:
+    """The queue's pickler: protocol 5 into parts, out-of-band buffers, CPU tensors out of band
+    (their bytes as a buffer, rebuilt by :func:`ringcast.pickling.rebuild_tensor`)."""
+    return PartsPickler(oob=True, tensors=True)
+
+
+def main_frame(parts: list) -> bytes:
+    """The pickle as one private ``bytes`` frame (safe for ZeroMQ ``copy=False``)."""
+    if len(parts) == 1 and type(parts[0]) is bytes:
+        return parts[0]
+    return b"".join(parts)
+
+
+def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: int, arena=None):
+    """``(chunk parts, overflow frames, arena slots)`` for a pickle of ``main_len`` bytes in
+    ``parts`` with out-of-band ``bufs``, ``total`` bytes in all. The overflow frames are None when
+    the message fits the chunk. ``arena`` (an :class:`~ringcast.arena.ArenaWriter`, or None)
+    takes the buffers of at least ``arena.min_bytes``, if the rest then fits the chunk; the
+    slots it filled are returned (None: none), for ``arena.unplace`` if publishing fails."""
     if not bufs:
-        return main, bufs
-    raws = []
-    for b in bufs:
-        try:
-            raws.append(b.raw())
-        except BufferError:  # non-contiguous: fall back to a contiguous copy
-            raws.append(memoryview(bytes(memoryview(b))))
-    return main, raws
-
-
-def frame(main: bytes, bufs: list, size: int, max_chunk_bytes: int):
-    """The chunk's parts and the overflow frames (None when the message fits the chunk) for a
-    serialized message of ``size`` bytes in all."""
-    if not bufs:
-        if len(main) <= max_chunk_bytes - 1:
-            return (_MARK_INLINE, main), None
-        return _MARK_OVERFLOW, [main]
+        if main_len <= max_chunk_bytes - 1:
+            return (_MARK_INLINE, *parts), None, None
+        return _MARK_OVERFLOW, [main_frame(parts)], None
+    if arena is not None:
+        sizes = [_nbytes(b) for b in bufs]
+        head = 1 + _OOB_HEAD.size + _SLOT.size * len(bufs)
+        small = sum(n for n in sizes if n < arena.min_bytes)
+        if head + main_len + small <= max_chunk_bytes and small < total - main_len:
+            slots = arena.place(bufs, sizes)
+            if slots is not None:
+                inline = [b for b, s in zip(bufs, slots) if s < 0]
+                if head + main_len + sum(n for n, s in zip(sizes, slots) if s < 0) <= max_chunk_bytes:
+                    head_bytes = b"\x03" + _OOB_HEAD.pack(len(bufs), main_len) + b"".join(
+                        _SLOT.pack(n, s) for n, s in zip(sizes, slots))
+                    return (head_bytes, *parts, *inline), None, slots
+                arena.unplace(slots)  # buffers that found no slot make it overflow: the normal path
     head = 1 + _OOB_HEAD.size + _U64.size * len(bufs)
-    if head + size <= max_chunk_bytes:
-        head_bytes = b"\x02" + _OOB_HEAD.pack(len(bufs), len(main)) + b"".join(_U64.pack(b.nbytes) for b in bufs)
-        return (head_bytes, main, *bufs), None
-    return _MARK_OVERFLOW, [main, *bufs]
+    if head + total <= max_chunk_bytes:
+        head_bytes = b"\x02" + _OOB_HEAD.pack(len(bufs), main_len) + b"".join(_U64.pack(_nbytes(b)) for b in bufs)
+        return (head_bytes, *parts, *bufs), None, None
+    return _MARK_OVERFLOW, [main_frame(parts), *bufs], None
+
+
+def _nbytes(b) -> int:
+    return b.nbytes if type(b) is memoryview else len(b)
 
 
 class _AllowListUnpickler(pickle.Unpickler):
     """An unpickler that only builds classes/functions named in an allow-list. Plain data (None,
-    bool, int, float, str, bytes, bytearray, tuple, list, dict, set) needs no entry."""
+    bool, int, float, str, bytes, bytearray, tuple, list, dict, set) needs no entry, and neither
+    does :func:`ringcast.pickling.rebuild_tensor` (how the queue sends CPU tensors: it builds only
+    a tensor of a torch dtype from a buffer), though torch itself must then be importable."""
 
     def __init__(self, file, allowed: frozenset, **kw) -> None:
         super().__init__(file, **kw)
         self._allowed = allowed
 
     def find_class(self, module: str, name: str):
-        if f"{module}.{name}" in self._allowed:
+        if f"{module}.{name}" in self._allowed or f"{module}.{name}" == _REBUILD_TENSOR:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(
             f"{module}.{name} is not in this reader's allowed_classes; add '{module}.{name}' to "
@@ -89,13 +113,15 @@ class Unpickler:
     from overflow frames (:meth:`from_frames`). ``allowed`` None trusts the writer (plain
     pickle); a frozenset of ``"module.Name"`` strings restricts what may be constructed.
     ``describe()`` names the reader and ``slot()`` the chunk being read in error messages;
-    ``oob_bytes`` adds up the out-of-band bytes read from chunks (statistics)."""
+    ``oob_bytes`` adds up the out-of-band bytes read from chunks (statistics); ``arena`` is the
+    :class:`~ringcast.arena.ArenaReader` that rebuilds marker-3 buffers as views (None: none)."""
 
     def __init__(self, allowed: frozenset | None, describe, slot=lambda: -1) -> None:
         self.allowed = allowed
         self.describe = describe
         self.slot = slot
         self.oob_bytes = 0
+        self.arena = None
 
     def loads(self, data, buffers=()):
         if self.allowed is None:
@@ -114,21 +140,8 @@ class Unpickler:
             kind = view[0]
             if kind == INLINE:
                 return self.loads(view[1:])
-            if kind == INLINE_OOB:
-                nbuf, main_len = _OOB_HEAD.unpack_from(view, 1)
-                off = 1 + _OOB_HEAD.size
-                lens = [_U64.unpack_from(view, off + 8 * k)[0] for k in range(nbuf)]
-                off += 8 * nbuf
-                main = view[off : off + main_len]
-                off += main_len
-                buffers = []
-                for n in lens:
-                    buffers.append(bytearray(view[off : off + n]))  # copy out: the chunk is reused
-                    off += n
-                obj = self.loads(main, buffers)
-                main.release()
-                self.oob_bytes += sum(lens)
-                return obj
+            if kind == INLINE_OOB or kind == INLINE_ARENA:
+                return self._oob(view, kind)
             if kind == OVERFLOW_MARKER:
                 return OVERFLOW
         except Exception as e:
@@ -137,3 +150,31 @@ class Unpickler:
                 "the next dequeue() gets the next message"
             ) from e
         raise PayloadError(f"{self.describe()} found marker byte {kind} in slot {self.slot()}: the segment is corrupt")
+
+    def _oob(self, view, kind: int):
+        nbuf, main_len = _OOB_HEAD.unpack_from(view, 1)
+        off = 1 + _OOB_HEAD.size
+        if kind == INLINE_OOB:
+            lens = [(_U64.unpack_from(view, off + 8 * k)[0], -1) for k in range(nbuf)]
+            off += 8 * nbuf
+        else:
+            lens = [_SLOT.unpack_from(view, off + _SLOT.size * k) for k in range(nbuf)]
+            off += _SLOT.size * nbuf
+            if self.arena is None:
+                raise PayloadError(f"{self.describe()} got a tensor-arena message but has no arena: the handle lacks it")
+        main = view[off : off + main_len]
+        off += main_len
+        buffers = []
+        for n, s in lens:
+            if s < 0:
+                buffers.append(bytearray(view[off : off + n]))  # copy out: the chunk is reused
+                off += n
+            else:
+                buffers.append(self.arena.view(s, n))  # zero copy; the slot is ours until it dies
+        try:
+            obj = self.loads(main, buffers)
+        finally:
+            main.release()
+            del buffers  # arena views nobody kept release their slot now (also on errors)
+        self.oob_bytes += sum(n for n, _ in lens)
+        return obj

@@ -57,6 +57,7 @@ import io
 import pickle
 import sys
 import threading
+import warnings
 
 from .errors import PayloadError
 
@@ -129,15 +130,24 @@ def _reduce_tensor(t):
 
 
 def rebuild_tensor(buf, shape: tuple, dtype: str):
-    """Rebuild a tensor pickled with ``tensors=True``; it shares ``buf``'s memory when writable."""
+    """Rebuild a tensor pickled with ``tensors=True``; it shares ``buf``'s memory when writable,
+    and when ``buf`` is a read-only ``PickleBuffer`` (a tensor-arena slot, :mod:`ringcast.arena`:
+    shared with the other readers, so treat the tensor as read-only; ``clone()`` to own it)."""
     import torch
 
-    dt = getattr(torch, dtype)
+    dt = getattr(torch, dtype, None) if type(dtype) is str else None
+    if not isinstance(dt, torch.dtype):
+        raise pickle.UnpicklingError(f"rebuild_tensor: {dtype!r} is not a torch dtype name")
     m = memoryview(buf)
     if m.nbytes == 0:
         return torch.empty(shape, dtype=dt)
-    if m.readonly:  # torch.frombuffer warns on read-only memory: take a private copy
-        buf = bytearray(m)
+    if m.readonly:
+        if type(buf) is not pickle.PickleBuffer:  # torch.frombuffer warns on read-only memory: copy
+            buf = bytearray(m)
+        else:
+            with warnings.catch_warnings():  # the arena's shared view: zero copy on purpose
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.frombuffer(buf, dtype=torch.uint8).view(dt).reshape(shape)
     return torch.frombuffer(buf, dtype=torch.uint8).view(dt).reshape(shape)
 
 
@@ -167,12 +177,14 @@ class PartsPickler:
         sink = _Sink()
         sink.write = parts.append
         p = pickle.Pickler(sink, 5, buffer_callback=bufs.append if self.oob else None)
+        if self.tensors:
+            p.dispatch_table = _TENSOR_TABLE
         return parts, bufs, p
 
     def dump(self, obj) -> tuple[list, int, list, int]:
         """``(parts, main_len, buffers, total)`` for ``obj``; raises :class:`PayloadError`."""
-        if self.tensors or not self._lock.acquire(False):  # (another thread, or re-entered)
-            return self._dump_locked(obj)
+        if not self._lock.acquire(False):  # another thread, or re-entered from a __reduce__
+            return self._dump(obj, *self._new())
         parts, bufs, pickler = self._parts, self._bufs, self._pickler
         try:
             pickler.dump(obj)
@@ -188,15 +200,6 @@ class PartsPickler:
             parts.clear()
             bufs.clear()
             self._lock.release()
-
-    def _dump_locked(self, obj) -> tuple[list, int, list, int]:
-        lock = self._lock
-        if not lock.acquire(False):
-            return self._dump(obj, *self._new())
-        try:
-            return self._dump(obj, self._parts, self._bufs, self._pickler)
-        finally:
-            lock.release()
 
     @staticmethod
     def _error(obj, e: Exception) -> PayloadError:
@@ -215,21 +218,36 @@ class PartsPickler:
         return res, main_len, raws, main_len + sum(r.nbytes if type(r) is memoryview else len(r) for r in raws)
 
     def _dump(self, obj, parts: list, bufs: list, pickler: pickle.Pickler) -> tuple[list, int, list, int]:
-        """The general path (tensors, or a fresh pickler); the caller holds the pickler alone."""
+        """A fresh pickler's dump (the shared one is busy)."""
         try:
-            if self.tensors and "torch" in sys.modules:
-                table = dict(copyreg.dispatch_table)  # per call: later registrations count
-                table[sys.modules["torch"].Tensor] = _reduce_tensor
-                pickler.dispatch_table = table
             pickler.dump(obj)
             return self._finish(parts, bufs)
         except Exception as e:
             raise self._error(obj, e) from e
-        finally:
-            pickler.clear_memo()
-            pickler.dispatch_table = copyreg.dispatch_table
-            parts.clear()
-            bufs.clear()
+
+
+class _TensorTable:
+    """A pickler's ``dispatch_table`` that sends CPU tensors out of band and defers everything else
+    to ``copyreg.dispatch_table`` (read at each lookup, so later registrations count). The C
+    pickler consults it only for types it has no built-in code for (never for dict, list, str...),
+    so a plain-data object pays nothing for it."""
+
+    __slots__ = ()
+
+    def __getitem__(self, cls):
+        torch = sys.modules.get("torch")
+        if torch is not None and cls is torch.Tensor:
+            return _reduce_tensor
+        return copyreg.dispatch_table[cls]
+
+    def get(self, cls, default=None):
+        try:
+            return self[cls]
+        except KeyError:
+            return default
+
+
+_TENSOR_TABLE = _TensorTable()
 
 
 _default = PartsPickler()

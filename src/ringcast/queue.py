@@ -21,7 +21,6 @@ their messages, dead-peer handling, statistics, and lifetime (``shutdown``, ``cl
 from __future__ import annotations
 
 import logging
-import os
 import time
 import weakref
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ import zmq
 from . import channel
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
-from .framing import Unpickler, frame, serialize
+from .framing import Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueStatistics, ReaderSide, WriterSide, check_rank_list, wait_policy
@@ -116,6 +115,7 @@ class MessageQueue:
         self.local_reader_rank = -1
         self._is_writer = True
         self._ctx = zmq.Context()
+        topic = channel.new_topic()
         try:
             local_addr = remote_addr = None
             ipv6 = False
@@ -128,7 +128,7 @@ class MessageQueue:
                 ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
                 self._endpoint = ep
                 local_addr, self._ipc_path = channel.local_address()
-                self.local_socket = channel.xpub(self._ctx, local_addr)
+                self.local_socket = channel.xpub(self._ctx, local_addr, topic)
             curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
@@ -136,7 +136,7 @@ class MessageQueue:
                 secret = None
                 if remote_curve:
                     self._auth, secret, curve_keys = channel.start_curve(self._ctx)
-                self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), ipv6=ipv6, curve_secret=secret)
+                self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=ipv6, curve_secret=secret)
                 endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
                 remote_addr = channel.tcp_endpoint(ip, endpoint.rsplit(":", 1)[1])
         except BaseException:
@@ -150,6 +150,7 @@ class MessageQueue:
             remote_addr_ipv6=ipv6,
             n_reader=n_reader,
             remote_curve_keys=curve_keys,
+            topic=topic,
         )
 
     def _init_common(self, policy: WaitPolicy) -> None:
@@ -158,6 +159,8 @@ class MessageQueue:
         self._cancelled = [False]
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
+        self._pickler = Pickler()
+        self._arena = None  # the writer's ArenaWriter (tensor_arena_bytes > 0)
         self._side = None  # WriterSide / ReaderSide where this side waits on a ring
         self._auth = None
         self._ready = False
@@ -211,9 +214,9 @@ class MessageQueue:
                 ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = ep
-                self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr)
+                self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
             else:
-                self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, ipv6=handle.remote_addr_ipv6,
+                self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, handle.topic, ipv6=handle.remote_addr_ipv6,
                                                  curve_keys=handle.remote_curve_keys)
         except BaseException:
             self.close()
@@ -232,9 +235,9 @@ class MessageQueue:
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """The READY handshake (:mod:`ringcast.handshake`): the writer waits until every reader
-        has subscribed, then sends READY; each reader waits for READY. After it, the writer
-        unlinks the segment's name: every local reader has attached, so the segment now lives
-        exactly as long as some process maps it and cannot leak."""
+        has subscribed with the handle's secret, then sends READY; each reader waits for READY.
+        After it, the writer unlinks the segment and removes the local socket file: every local
+        reader has attached and connected, so neither can leak."""
         with self._in_use():
             timeout = check_timeout(timeout)
             self._check_open()
@@ -248,6 +251,7 @@ class MessageQueue:
                                   (self.n_remote_reader, self.remote_socket, "remote")), recv)
                 if self.buffer is not None:
                     self.buffer.unlink()
+                channel.remove_local(self._ipc_path)  # every local reader is connected
             else:
                 reader_handshake(self.local_socket if self._is_local_reader else self.remote_socket, recv)
             self._ready = True
@@ -300,7 +304,7 @@ class MessageQueue:
 
     # -- writing ---------------------------------------------------------------------------------
     def _send_overflow(self, frames) -> None:
-        self.local_socket.send_multipart(frames, copy=True)
+        _send_frames(self.local_socket, frames)
 
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
@@ -313,20 +317,32 @@ class MessageQueue:
                 timeout = check_timeout(timeout)
             if self._cancelled[0]:
                 self._check_cancelled("enqueue")
-            main, bufs = serialize(obj)
-            size = len(main) + sum(b.nbytes for b in bufs) if bufs else len(main)
+            parts, main_len, bufs, size = self._pickler.dump(obj)
             ep = self._endpoint
+            overflow = None
             if ep is not None:
-                parts, overflow = frame(main, bufs, size, self.buffer.max_chunk_bytes)
-                ep.publish(parts, timeout, overflow)
+                chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
+                if slots is None:
+                    ep.publish(chunk, timeout, overflow)
+                else:
+                    self._publish_with_slots(ep, chunk, timeout, slots)
                 if overflow is not None:
                     self._overflows += 1
             if self.n_remote_reader > 0:
-                self.remote_socket.send_multipart([main, *bufs], copy=True)
+                _send_frames(self.remote_socket, [overflow[0] if overflow else main_frame(parts), *bufs])
             self._messages += 1
             self._bytes += size
         finally:
             self._busy -= 1
+
+    def _publish_with_slots(self, ep: WriterEndpoint, chunk, timeout: float | None, slots: list) -> None:
+        """Publish a chunk whose buffers are in arena slots; if publishing fails (timeout,
+        shutdown), no reader can have seen the slots: give them back."""
+        try:
+            ep.publish(chunk, timeout, None)
+        except BaseException:
+            self._arena.unplace(slots)
+            raise
 
     @contextmanager
     def acquire_write(self, timeout: float | None = None):
@@ -460,11 +476,7 @@ class MessageQueue:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
-        if self._ipc_path is not None:
-            try:
-                os.unlink(self._ipc_path)
-            except FileNotFoundError:
-                pass
+        channel.remove_local(self._ipc_path)
         if self.buffer is not None:
             if isinstance(self._endpoint, ReaderEndpoint):
                 self._endpoint.release()
@@ -483,6 +495,16 @@ class MessageQueue:
 
 def _nothing() -> None:
     pass
+
+
+def _send_frames(sock, frames) -> None:
+    """Send ``[pickle, *buffers]``: the pickle is a private ``bytes`` (ZeroMQ may keep it:
+    ``copy=False``); the buffers may alias the caller's objects, so ZeroMQ copies them before
+    this returns (the caller may mutate its object as soon as ``enqueue`` returns)."""
+    last = len(frames) - 1
+    sock.send(frames[0], zmq.SNDMORE if last else 0, copy=False)
+    for k in range(1, last + 1):
+        sock.send(frames[k], zmq.SNDMORE if k < last else 0, copy=True)
 
 
 def _weak(method):
