@@ -1,10 +1,19 @@
 """The ZeroMQ side of a queue: the overflow socket, the remote readers' TCP socket, CurveZMQ.
 
-Local readers get overflow payloads over an ipc:// XPUB socket (abstract namespace on Linux: no
-file to leak if the writer is killed); remote readers (other nodes) never touch the ring and get
-every message whole over a TCP XPUB socket bound to ``connect_ip`` (port chosen by the kernel:
-no find-a-free-port race). High-water marks are 0 (unbounded) on both ends so that ZeroMQ never
-drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
+Local readers get overflow payloads over an ipc:// XPUB socket whose file lives in a directory
+created 0700 for the queue (under ``$XDG_RUNTIME_DIR`` where usable, else the temp dir): other
+users cannot even reach the socket file. The writer removes the file and the directory as soon
+as the READY handshake has seen every local reader (connected peers keep working), and at
+close; a queue created later by the same user sweeps directories whose writer died before that.
+Remote readers (other nodes) never touch the ring and get every message whole over a TCP XPUB
+socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port race).
+
+Both sockets admit only subscribers presenting the queue's secret topic (random, in the handle):
+the writer's XPUB runs in ``XPUB_MANUAL`` mode and applies a subscription only if its topic is
+exactly the secret, so a stray subscriber neither counts for the READY handshake nor receives
+anything. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
+send and strips it on receive). High-water marks are 0 (unbounded) on both ends so that ZeroMQ
+never drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
 docs/reliability.md notes. ``remote_curve=True`` encrypts and authenticates the TCP channel:
 only holders of the queue's handle can connect or decrypt.
 """
@@ -12,18 +21,28 @@ only holders of the queue's handle can connect or decrypt.
 from __future__ import annotations
 
 import logging
+import errno
 import os
 import secrets
 import socket as _socket
-import sys
+import stat
 import tempfile
 import time
 
 import zmq
 
 from .errors import HandleError
+from .shm import process_alive, process_start_time
 
-__all__ = ["xpub", "sub", "start_curve", "local_address", "default_ip", "tcp_endpoint", "check_fd_headroom", "recv_frames"]
+__all__ = [
+    "xpub", "sub", "TopicSocket", "new_topic", "start_curve", "local_address", "remove_local", "default_ip",
+    "tcp_endpoint", "check_fd_headroom", "recv_frames",
+]
+
+TOPIC_BYTES = 16  # the subscription secret: 128 random bits
+IPC_DIR_PREFIX = "ringcast-"  # ringcast-<writer pid>-<its start time>-<random>/overflow.sock
+IPC_SOCKET = "overflow.sock"
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
 POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
 
@@ -69,32 +88,156 @@ def tcp_endpoint(ip: str, port: str | int) -> str:
     return f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
 
 
-def local_address() -> tuple[str, str | None]:
-    """``(address, path)`` of a fresh ipc endpoint for the overflow socket; ``path`` is the file
-    to unlink at close (None in Linux's abstract namespace, which leaves nothing behind)."""
-    token = f"ringcast-{os.getpid()}-{secrets.token_hex(8)}"
-    if sys.platform.startswith("linux"):
-        return f"ipc://@{token}", None
-    path = os.path.join(tempfile.gettempdir(), token + ".ipc")  # pragma: no cover
-    return f"ipc://{path}", path  # pragma: no cover
+def new_topic() -> bytes:
+    return secrets.token_bytes(TOPIC_BYTES)
 
 
-def xpub(ctx, addr: str, ipv6: bool = False, curve_secret: bytes | None = None):
+def _ipc_bases() -> list[str]:
+    """Where the queue's socket directory may go: $XDG_RUNTIME_DIR if it is an absolute path to
+    a directory of ours we can write, then the temp dir."""
+    out = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        try:
+            st = os.stat(xdg)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and os.access(xdg, os.W_OK | os.X_OK):
+            out.append(xdg)
+    out.append(tempfile.gettempdir())
+    return out
+
+
+def _sweep(base: str) -> None:
+    """Remove socket directories of ours in ``base`` whose writer died before removing them
+    (SIGKILLed before its READY handshake): named after the writer's pid and start time, and
+    nobody listens on the socket file."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for e in entries:
+        parts = e.name.split("-")
+        if not e.name.startswith(IPC_DIR_PREFIX) or len(parts) != 4 or not (parts[1].isdigit() and parts[2].isdigit()):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not process_alive(int(parts[1]), int(parts[2])):
+            path = os.path.join(e.path, IPC_SOCKET)
+            if not _listening(path):  # a writer in another PID namespace sharing this dir may be alive
+                remove_local(path)
+
+
+def _listening(path: str) -> bool:
+    """Some process accepts connections on the socket file ``path``."""
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError as e:  # ECONNREFUSED: nobody listens (the writer died); ENOENT: never bound
+            return e.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+    return True
+
+
+def local_address() -> tuple[str, str]:
+    """``(address, path)`` of a fresh ipc endpoint for the overflow socket: ``path`` is a socket
+    file in a new directory created 0700 for this queue; :func:`remove_local` removes both."""
+    problems = []
+    for base in _ipc_bases():
+        _sweep(base)
+        try:
+            d = tempfile.mkdtemp(prefix=f"{IPC_DIR_PREFIX}{os.getpid()}-{process_start_time()}-", dir=base)
+        except OSError as e:
+            problems.append(f"{base}: {e.strerror}")
+            continue
+        path = os.path.join(d, IPC_SOCKET)
+        if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+            return f"ipc://{path}", path
+        os.rmdir(d)
+        problems.append(f"{base}: the socket path {path!r} is longer than {_SUN_PATH_MAX} bytes")
+    raise OSError(
+        errno.ENOENT,
+        f"no directory for the queue's local socket ({'; '.join(problems)}): set TMPDIR or XDG_RUNTIME_DIR to a "
+        "short, writable directory",
+    )
+
+
+def remove_local(path: str | None) -> None:
+    """Remove the overflow socket file and its directory (idempotent). Peers already connected
+    keep working; nobody can connect any more."""
+    if path is None:
+        return
+    for remove, p in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(p)
+        except FileNotFoundError:
+            pass
+        except OSError:  # not ours, or not empty: leave it
+            return
+
+
+class TopicSocket:
+    """A queue's ZeroMQ socket and its secret topic. On the writer's XPUB, ``send``/``send_multipart``
+    put the topic first and :meth:`admit` applies a subscription that presents it; on a reader's
+    SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
+
+    __slots__ = ("sock", "topic", "_strip", "_more")
+
+    def __init__(self, sock, topic: bytes, strip: bool) -> None:
+        self.sock, self.topic, self._strip = sock, topic, strip
+        self._more = False  # inside a multipart message being sent frame by frame
+
+    def send(self, data, flags: int = 0, copy: bool = True, track: bool = False):
+        if not self._more:
+            self.sock.send(self.topic, zmq.SNDMORE)
+        self._more = bool(flags & zmq.SNDMORE)
+        return self.sock.send(data, flags, copy=copy, track=track)
+
+    def send_multipart(self, frames, copy: bool = True) -> None:
+        self.sock.send_multipart([self.topic, *frames], copy=copy)
+
+    def recv_multipart(self, copy: bool = True) -> list:
+        frames = self.sock.recv_multipart(copy=copy)
+        return frames[1:] if self._strip else frames
+
+    def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
+        return self.sock.poll(timeout, flags)
+
+    def admit(self, msg: list) -> bool:
+        """Writer: ``msg`` (from recv_multipart) is a subscription to exactly the secret topic:
+        apply it to the pipe it came from (XPUB_MANUAL) and say so. Anything else (another
+        topic, an unsubscription, a message) is ignored: that peer receives nothing."""
+        if len(msg) == 1 and msg[0] == b"\x01" + self.topic:
+            self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+            return True
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket:
     s = ctx.socket(zmq.XPUB)
     if curve_secret is not None:
         s.setsockopt(zmq.CURVE_SERVER, 1)
         s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
     s.setsockopt(zmq.XPUB_VERBOSE, 1)
+    s.setsockopt(zmq.XPUB_MANUAL, 1)  # subscriptions apply only when admit() says so
     s.setsockopt(zmq.SNDHWM, 0)
     s.setsockopt(zmq.RCVHWM, 0)
     s.setsockopt(zmq.LINGER, 5000)  # flush queued messages on close, but never hang forever
     if ipv6:
         s.setsockopt(zmq.IPV6, 1)
-    s.bind(addr)
-    return s
+    try:
+        s.bind(addr)
+    except zmq.ZMQError:
+        s.close(0)
+        raise
+    return TopicSocket(s, topic, strip=False)
 
 
-def sub(ctx, addr: str, ipv6: bool = False, curve_keys=None):
+def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket:
     if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
         raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
     s = ctx.socket(zmq.SUB)
@@ -107,13 +250,13 @@ def sub(ctx, addr: str, ipv6: bool = False, curve_keys=None):
     s.setsockopt(zmq.LINGER, 0)
     if ipv6:
         s.setsockopt(zmq.IPV6, 1)
-    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.setsockopt(zmq.SUBSCRIBE, topic)
     try:
         s.connect(addr)
     except zmq.ZMQError as e:
         s.close(0)
         raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
-    return s
+    return TopicSocket(s, topic, strip=True)
 
 
 def start_curve(ctx):

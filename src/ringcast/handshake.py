@@ -1,22 +1,26 @@
 """Joining a queue: the :class:`Handle` a writer exports, how a reader finds its role in it, and
 the READY handshake.
 
-The handshake: the writer waits until every reader has subscribed to its sockets (XPUB_VERBOSE
-delivers each subscription to the writer), then sends ``READY`` on each; every reader waits for
-``READY``. Local readers attach to the ring *before* they subscribe, so after the handshake the
-writer may unlink the segment's name (the segment then lives exactly as long as some process
-maps it, and cannot leak).
+The handshake: the writer waits until every reader has subscribed to its sockets with the
+handle's secret topic (``XPUB_MANUAL``: the writer sees each subscription and applies only those
+presenting the secret, :meth:`ringcast.channel.TopicSocket.admit`), then sends ``READY`` on each;
+every reader waits for ``READY``. A subscriber without the secret is not counted and receives
+nothing, so it can neither complete the handshake nor displace a real reader. Local readers
+attach to the ring *before* they subscribe, so after the handshake the writer may unlink the
+segment and remove the local socket file (both then live exactly as long as their users, and
+cannot leak).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .channel import TOPIC_BYTES
 from .errors import HandleError
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
-HANDLE_VERSION = 1
+HANDLE_VERSION = 2  # 2: the subscription secret (topic)
 READY = b"READY"
 
 
@@ -33,6 +37,8 @@ class Handle:
     #: (server public key, client public key, client secret key) when the remote channel uses
     #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
     remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
+    #: The subscription secret: the writer's sockets admit only subscribers presenting it.
+    topic: bytes | None = None
     version: int = HANDLE_VERSION
 
 
@@ -46,6 +52,11 @@ def check_handle(handle, rank) -> None:
         )
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise HandleError(f"rank must be a non-negative int, got {rank!r}")
+    if not isinstance(handle.topic, bytes) or len(handle.topic) != TOPIC_BYTES:
+        raise HandleError(
+            f"the handle's subscription secret must be {TOPIC_BYTES} bytes, got {handle.topic!r}: use the handle "
+            "exactly as export_handle() returned it"
+        )
 
 
 def reader_role(handle: Handle, rank: int) -> int | None:
@@ -68,14 +79,19 @@ def reader_role(handle: Handle, rank: int) -> int | None:
 
 
 def writer_handshake(channels, recv) -> None:
-    """``channels``: ``(n_readers, socket, kind)`` per socket; ``recv(sock, what)`` receives one
-    multipart message (honouring the caller's deadline and shutdown)."""
+    """``channels``: ``(n_readers, socket, kind)`` per socket (a writer's
+    :class:`~ringcast.channel.TopicSocket`); ``recv(sock, what)`` receives one multipart message
+    (honouring the caller's deadline and shutdown). Counts only subscriptions presenting the
+    secret topic; the others are ignored (and named in the wait's description)."""
     for n, sock, kind in channels:
-        got = 0
+        got = ignored = 0
         while got < n:
-            msg = recv(sock, f"waiting for {kind} reader subscriptions ({got}/{n} so far)")
-            if msg[0][:1] == b"\x01":
+            stray = f"; {ignored} subscription(s) without the handle's secret ignored" if ignored else ""
+            msg = recv(sock, f"waiting for {kind} reader subscriptions ({got}/{n} so far{stray})")
+            if sock.admit(msg):
                 got += 1
+            elif msg[0][:1] == b"\x01":
+                ignored += 1
         if n:
             sock.send(READY)
 

@@ -1,0 +1,277 @@
+"""The queue's channels admit only its own readers (issue 15): the local overflow socket is a file
+in a 0700 directory (other users cannot connect) that the writer removes once the READY
+handshake has seen every local reader, and both channels count and serve only subscribers that
+present the handle's secret topic (a stray subscriber neither completes the handshake, nor
+displaces a real reader, nor receives anything)."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import pwd
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from ringcast import HandleError, MessageQueue, RingTimeoutError
+from ringcast import channel
+
+from _procs import CTX, Children
+
+MCB = 256  # max_chunk_bytes: the messages with a 1000-byte pad go over the overflow channel
+MESSAGES = [{"i": i, "pad": b"x" * (1000 if i % 2 else 10)} for i in range(6)]
+
+
+def _path(addr: str) -> str:
+    assert addr.startswith("ipc://")
+    return addr[len("ipc://"):]
+
+
+def _wait_for(cond, what: str, limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} did not happen within {limit}s"
+        time.sleep(0.005)
+
+
+class Stray:
+    """A same-user SUB socket without the handle's secret, connected (ZMTP handshake done, so its
+    subscription is on its way) before the function returns."""
+
+    def __init__(self, addr: str, topic: bytes) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SUBSCRIBE, topic)
+        mon = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        try:
+            self.sock.connect(addr)
+            deadline = time.monotonic() + 10
+            while True:
+                left = deadline - time.monotonic()
+                assert left > 0, f"the stray subscriber did not connect to {addr} within 10s"
+                if mon.poll(int(left * 1000)) and recv_monitor_message(mon)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    break
+        finally:
+            self.sock.disable_monitor()
+            mon.close(0)
+
+    def received(self, wait_ms: int) -> int:
+        """Messages that arrived (waiting at most ``wait_ms`` for the first)."""
+        n = 0
+        while self.sock.poll(wait_ms if n == 0 else 0):
+            self.sock.recv_multipart()
+            n += 1
+        return n
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def _read_all(readers, n: int):
+    """Each reader dequeues ``n`` messages in its own thread; returns (results, threads)."""
+    got = [[] for _ in readers]
+
+    def run(r, out):
+        for _ in range(n):
+            out.append(r.dequeue(timeout=20))
+
+    ts = [threading.Thread(target=run, args=(r, out), daemon=True) for r, out in zip(readers, got)]
+    for t in ts:
+        t.start()
+    return got, ts
+
+
+def _handshake(w, readers) -> None:
+    ts = [threading.Thread(target=r.wait_until_ready, args=(20,), daemon=True) for r in readers]
+    for t in ts:
+        t.start()
+    w.wait_until_ready(20)
+    for t in ts:
+        t.join(20)
+        assert not t.is_alive()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["local", "remote-tcp-without-curve"])
+def test_stray_subscriber_connected_first_is_not_counted_and_receives_nothing(where):
+    local = where == "local"
+    w = MessageQueue(2, 2 if local else 0, max_chunk_bytes=MCB, max_chunks=2, connect_ip=None if local else "127.0.0.1")
+    h = w.export_handle()
+    addr = h.local_subscribe_addr if local else h.remote_subscribe_addr
+    strays = [Stray(addr, b""), Stray(addr, b"not-the-secret"), Stray(addr, h.topic[:-1])]
+    readers = []
+    try:
+        # Only strays are connected: the handshake cannot complete (it times out, counting none).
+        with pytest.raises(RingTimeoutError, match=r"reader subscriptions \(0/2 so far"):
+            w.wait_until_ready(timeout=0.3)
+        readers = [MessageQueue.create_from_handle(h, i) for i in range(2)]
+        _handshake(w, readers)
+        got, ts = _read_all(readers, len(MESSAGES))
+        for m in MESSAGES:
+            w.enqueue(m, timeout=20)
+        for t in ts:
+            t.join(30)
+            assert not t.is_alive()
+        assert got == [MESSAGES, MESSAGES]  # every real reader got every message, in order
+        if local:
+            assert w.statistics().overflows == 3
+        # READY and all six messages have gone out: a stray would have them by now. 200 ms only
+        # bounds the wait for something that must never come.
+        assert [s.received(200) for s in strays] == [0, 0, 0]
+    finally:
+        for s in strays:
+            s.close()
+        for q in (w, *readers):
+            q.close()
+
+
+def child_as_nobody_subscribes(addr: str, topic: bytes, joined, done):
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+    path = _path(addr)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            raw = "connected"
+        except OSError as e:
+            raw = errno.errorcode.get(e.errno, str(e.errno))
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, topic)  # even with the secret: the directory keeps it out
+    sub.connect(addr)
+    joined.set()
+    done.wait(30)
+    n = 0
+    while sub.poll(200 if n == 0 else 0):
+        sub.recv_multipart()
+        n += 1
+    sub.close(0)
+    ctx.term()
+    return raw, n
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become nobody")
+def test_another_user_cannot_connect_to_the_local_channel():
+    w = MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2)
+    h = w.export_handle()
+    readers = []
+    try:
+        joined, done = CTX.Event(), CTX.Event()
+        with Children(timeout=60) as ch:
+            ch.start("nobody", child_as_nobody_subscribes, h.local_subscribe_addr, h.topic, joined, done)
+            assert joined.wait(30), "the child did not get as far as connecting"
+            readers = [MessageQueue.create_from_handle(h, 0)]
+            _handshake(w, readers)
+            got, ts = _read_all(readers, len(MESSAGES))
+            for m in MESSAGES:
+                w.enqueue(m, timeout=20)
+            ts[0].join(30)
+            assert got == [MESSAGES]
+            done.set()
+            raw, n = ch.wait()["nobody"]
+        assert raw == "EACCES", f"another user's connect() to the socket file gave {raw}, not EACCES"
+        assert n == 0
+    finally:
+        for q in (w, *readers):
+            q.close()
+
+
+@pytest.mark.timeout(60)
+def test_socket_directory_is_private_and_gone_after_handshake_and_close():
+    w = MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2)
+    readers = []
+    try:
+        path = _path(w.export_handle().local_subscribe_addr)
+        d = os.path.dirname(path)
+        st = os.stat(d)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+        assert stat.S_ISSOCK(os.stat(path).st_mode) and os.listdir(d) == [channel.IPC_SOCKET]
+        readers = [MessageQueue.create_from_handle(w.export_handle(), 0)]
+        _handshake(w, readers)
+        assert not os.path.exists(path) and not os.path.exists(d)  # every local reader is connected
+        got, ts = _read_all(readers, len(MESSAGES))
+        for m in MESSAGES:  # the overflow channel still works for connected readers
+            w.enqueue(m, timeout=20)
+        ts[0].join(30)
+        assert got == [MESSAGES]
+    finally:
+        for q in (w, *readers):
+            q.close()
+    assert not os.path.exists(d)
+    # A queue closed before any handshake removes its directory too.
+    w2 = MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2)
+    d2 = os.path.dirname(_path(w2.export_handle().local_subscribe_addr))
+    assert os.path.isdir(d2)
+    w2.close()
+    assert not os.path.exists(d2)
+
+
+def test_socket_directory_goes_under_a_usable_xdg_runtime_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
+        path = _path(w.export_handle().local_subscribe_addr)
+        assert os.path.dirname(os.path.dirname(path)) == str(tmp_path)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "missing"))  # unusable: the temp dir
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
+        path = _path(w.export_handle().local_subscribe_addr)
+        assert os.path.dirname(os.path.dirname(path)) == tempfile.gettempdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / ("d" * 100)))  # too long for a socket path
+    os.mkdir(tmp_path / ("d" * 100), 0o700)
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
+        assert not _path(w.export_handle().local_subscribe_addr).startswith(str(tmp_path))
+    assert os.listdir(tmp_path / ("d" * 100)) == []
+
+
+@pytest.mark.timeout(60)
+def test_directory_of_a_writer_killed_before_its_handshake_is_swept(tmp_path, monkeypatch):
+    """SIGKILLed before its handshake, a writer leaves its empty socket directory and socket file
+    (documented in docs/reliability.md); the next queue of the same user there removes them."""
+    code = (
+        "import time\nfrom ringcast import MessageQueue\n"
+        "mq = MessageQueue(1, 1, max_chunk_bytes=64, max_chunks=2)\n"
+        "print(mq.export_handle().local_subscribe_addr, flush=True)\ntime.sleep(3600)\n"
+    )
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        path = _path(proc.stdout.readline().strip())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    assert os.path.exists(path)  # what a SIGKILL before the handshake leaves
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
+        assert not os.path.exists(os.path.dirname(path))
+        mine = os.path.dirname(_path(w.export_handle().local_subscribe_addr))
+        assert os.listdir(tmp_path) == [os.path.basename(mine)]
+    # A live writer's directory is never swept (its pid is alive, and it listens).
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as a, MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2):
+        assert os.path.exists(_path(a.export_handle().local_subscribe_addr))
+
+
+def test_handle_without_the_secret_is_refused():
+    with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
+        h = w.export_handle()
+        assert isinstance(h.topic, bytes) and len(h.topic) == channel.TOPIC_BYTES
+        for bad in (None, b"", h.topic[:-1], "text"):
+            with pytest.raises(HandleError, match="subscription secret"):
+                MessageQueue.create_from_handle(dataclasses.replace(h, topic=bad), 0)
