@@ -30,7 +30,7 @@ import zmq
 from . import channel
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
-from .framing import Unpickler, frame, serialize
+from .framing import Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueStatistics, ReaderSide, WriterSide, check_rank_list, wait_policy
@@ -159,6 +159,8 @@ class MessageQueue:
         self._cancelled = [False]
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
+        self._pickler = Pickler()
+        self._arena = None  # the writer's ArenaWriter (tensor_arena_bytes > 0)
         self._side = None  # WriterSide / ReaderSide where this side waits on a ring
         self._auth = None
         self._ready = False
@@ -302,7 +304,7 @@ class MessageQueue:
 
     # -- writing ---------------------------------------------------------------------------------
     def _send_overflow(self, frames) -> None:
-        self.local_socket.send_multipart(frames, copy=True)
+        _send_frames(self.local_socket, frames)
 
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
@@ -315,20 +317,32 @@ class MessageQueue:
                 timeout = check_timeout(timeout)
             if self._cancelled[0]:
                 self._check_cancelled("enqueue")
-            main, bufs = serialize(obj)
-            size = len(main) + sum(b.nbytes for b in bufs) if bufs else len(main)
+            parts, main_len, bufs, size = self._pickler.dump(obj)
             ep = self._endpoint
+            overflow = None
             if ep is not None:
-                parts, overflow = frame(main, bufs, size, self.buffer.max_chunk_bytes)
-                ep.publish(parts, timeout, overflow)
+                chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
+                if slots is None:
+                    ep.publish(chunk, timeout, overflow)
+                else:
+                    self._publish_with_slots(ep, chunk, timeout, slots)
                 if overflow is not None:
                     self._overflows += 1
             if self.n_remote_reader > 0:
-                self.remote_socket.send_multipart([main, *bufs], copy=True)
+                _send_frames(self.remote_socket, [overflow[0] if overflow else main_frame(parts), *bufs])
             self._messages += 1
             self._bytes += size
         finally:
             self._busy -= 1
+
+    def _publish_with_slots(self, ep: WriterEndpoint, chunk, timeout: float | None, slots: list) -> None:
+        """Publish a chunk whose buffers are in arena slots; if publishing fails (timeout,
+        shutdown), no reader can have seen the slots: give them back."""
+        try:
+            ep.publish(chunk, timeout, None)
+        except BaseException:
+            self._arena.unplace(slots)
+            raise
 
     @contextmanager
     def acquire_write(self, timeout: float | None = None):
@@ -481,6 +495,16 @@ class MessageQueue:
 
 def _nothing() -> None:
     pass
+
+
+def _send_frames(sock, frames) -> None:
+    """Send ``[pickle, *buffers]``: the pickle is a private ``bytes`` (ZeroMQ may keep it:
+    ``copy=False``); the buffers may alias the caller's objects, so ZeroMQ copies them before
+    this returns (the caller may mutate its object as soon as ``enqueue`` returns)."""
+    last = len(frames) - 1
+    sock.send(frames[0], zmq.SNDMORE if last else 0, copy=False)
+    for k in range(1, last + 1):
+        sock.send(frames[k], zmq.SNDMORE if k < last else 0, copy=True)
 
 
 def _weak(method):
