@@ -28,6 +28,7 @@ from contextlib import contextmanager
 import zmq
 
 from . import channel
+from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
 from .framing import Pickler, Unpickler, frame, main_frame
@@ -60,12 +61,15 @@ class MessageQueue:
     and authenticates the remote channel (docs/reliability.md). ``segment_kind`` ("auto", "memfd"
     or "posix") picks the shared-memory segment: "auto" is an anonymous memfd segment on Linux
     (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
-    else a named POSIX one.
+    else a named POSIX one. ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in
+    ``tensor_arena_slots`` slots: contiguous numpy arrays and CPU tensors of >= 1 MiB reach local
+    readers as shared read-only views (:mod:`ringcast.arena`, docs/performance.md).
     """
 
     # Safe class-level defaults so close() works on a half-built object.
     buffer: ShmRingBuffer | None = None
     _endpoint: WriterEndpoint | ReaderEndpoint | None = None  # None: no ring on this side
+    _arena = None  # the writer's ArenaWriter (tensor_arena_bytes > 0)
     _ctx: zmq.Context | None = None
     local_socket = None
     remote_socket = None
@@ -93,6 +97,8 @@ class MessageQueue:
         remote_curve: bool = False,
         evict_dead_readers: bool = False,
         segment_kind: str = "auto",
+        tensor_arena_bytes: int = 0,
+        tensor_arena_slots: int = DEFAULT_SLOTS,
     ) -> None:
         for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -127,6 +133,8 @@ class MessageQueue:
                 self._side = WriterSide(self.buffer, ep, self.policy, local_reader_ranks, bool(evict_dead_readers))
                 ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
                 self._endpoint = ep
+                if tensor_arena_bytes:
+                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
                 local_addr, self._ipc_path = channel.local_address()
                 self.local_socket = channel.xpub(self._ctx, local_addr, topic)
             curve_keys = None
@@ -152,6 +160,8 @@ class MessageQueue:
             remote_curve_keys=curve_keys,
             topic=topic,
         )
+        #: the tensor arena's segment (an attribute, not a Handle field: pickled with the handle)
+        self.handle.tensor_arena = None if self._arena is None else self._arena.arena.handle()
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
@@ -160,7 +170,6 @@ class MessageQueue:
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
         self._pickler = Pickler()
-        self._arena = None  # the writer's ArenaWriter (tensor_arena_bytes > 0)
         self._side = None  # WriterSide / ReaderSide where this side waits on a ring
         self._auth = None
         self._ready = False
@@ -208,6 +217,7 @@ class MessageQueue:
                 # that every local reader has attached, and may unlink the name after that.
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
                 self.buffer.register_reader(local)
+                self._unpickler.arena = reader_arena(handle, local)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     recv_overflow=_weak(self._recv_overflow))
                 self._side = ReaderSide(self._role(), self.buffer, ep, self.policy, local)
@@ -251,6 +261,8 @@ class MessageQueue:
                                   (self.n_remote_reader, self.remote_socket, "remote")), recv)
                 if self.buffer is not None:
                     self.buffer.unlink()
+                if self._arena is not None:
+                    self._arena.arena.unlink()
                 channel.remove_local(self._ipc_path)  # every local reader is connected
             else:
                 reader_handshake(self.local_socket if self._is_local_reader else self.remote_socket, recv)
@@ -421,6 +433,7 @@ class MessageQueue:
             recheck_hits=c.recheck_hits,
             timeouts=c.timeouts,
             evictions=self._side.evictions if isinstance(self._side, WriterSide) else 0,
+            **(a.statistics() if (a := self._arena or self._unpickler.arena) else {}),
         )
 
     @contextmanager
@@ -477,6 +490,9 @@ class MessageQueue:
             self._ctx.term()
             self._ctx = None
         channel.remove_local(self._ipc_path)
+        for a in (self._arena, getattr(self._unpickler, "arena", None)):
+            if a is not None:
+                a.close()
         if self.buffer is not None:
             if isinstance(self._endpoint, ReaderEndpoint):
                 self._endpoint.release()
@@ -498,13 +514,10 @@ def _nothing() -> None:
 
 
 def _send_frames(sock, frames) -> None:
-    """Send ``[pickle, *buffers]``: the pickle is a private ``bytes`` (ZeroMQ may keep it:
-    ``copy=False``); the buffers may alias the caller's objects, so ZeroMQ copies them before
-    this returns (the caller may mutate its object as soon as ``enqueue`` returns)."""
-    last = len(frames) - 1
-    sock.send(frames[0], zmq.SNDMORE if last else 0, copy=False)
-    for k in range(1, last + 1):
-        sock.send(frames[k], zmq.SNDMORE if k < last else 0, copy=True)
+    """Send ``[pickle, *buffers]``, copied by ZeroMQ before this returns: the buffers may alias
+    the caller's objects (the caller may mutate its object as soon as ``enqueue`` returns), and
+    ``copy=False`` would start pyzmq's garbage-collector thread and sockets in every writer."""
+    sock.send_multipart(frames, copy=True)
 
 
 def _weak(method):

@@ -33,7 +33,11 @@ class QueueStatistics:
     ``sched_yield`` calls; ``parks`` the kernel sleeps; ``wakeups`` the futex wakes this side
     issued; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
     (should be 0); ``timeouts`` operations that raised a timeout; ``evictions`` dead readers the
-    writer evicted (``evict_dead_readers=True``).
+    writer evicted (``evict_dead_readers=True``). With a tensor arena (``tensor_arena_bytes``):
+    ``arena_hits`` buffers the writer placed in slots / the reader received as views;
+    ``arena_fallbacks`` (writer) large buffers sent the normal way because no slot was free or
+    they were larger than a slot; ``arena_reclaimed`` (writer) dead readers whose held slots it
+    took back; ``arena_held`` (reader) slots whose views are alive now.
     """
 
     role: str
@@ -47,6 +51,10 @@ class QueueStatistics:
     recheck_hits: int
     timeouts: int
     evictions: int = 0
+    arena_hits: int = 0
+    arena_fallbacks: int = 0
+    arena_reclaimed: int = 0
+    arena_held: int = 0
 
 
 def check_rank_list(ranks, n_local_reader: int) -> list[int]:

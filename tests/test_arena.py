@@ -1,0 +1,195 @@
+"""The tensor arena (issue 14, item 2): large numpy arrays and CPU tensors reach local readers as
+views of an arena slot; the slot is released when the last view dies (not at dequeue), the writer
+never blocks on it (no free slot: the normal path, counted), a reader that dies holding a view
+does not keep its slot forever, and the arena segment is leak-checked (conftest)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from _procs import CTX, Children
+from ringcast import MessageQueue
+from ringcast.arena import MIN_BYTES, TensorArena
+
+np = pytest.importorskip("numpy")
+MiB = 1 << 20
+
+
+def _queue(n_local=1, **kw):
+    kw.setdefault("tensor_arena_bytes", 8 * MiB)
+    kw.setdefault("tensor_arena_slots", 4)
+    w = MessageQueue(n_local, n_local, **kw)
+    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(n_local)]
+    ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in rs]
+    for t in ts:
+        t.start()
+    w.wait_until_ready(30)
+    for t in ts:
+        t.join(30)
+    return w, rs
+
+
+def _close(w, rs):
+    for q in (w, *rs):
+        q.close()
+
+
+def test_views_share_the_slot_and_release_when_the_last_one_dies():
+    w, (r,) = _queue()
+    try:
+        a = np.arange(MiB // 4, dtype=np.float32)  # 1 MiB
+        w.enqueue({"a": a, "small": np.ones(10)}, timeout=10)
+        a[:] = -1  # the caller may mutate at once
+        got = r.dequeue(timeout=10)
+        assert (got["a"] == np.arange(MiB // 4, dtype=np.float32)).all() and not got["a"].flags.writeable
+        assert w.statistics().arena_hits == 1 and r.statistics().arena_held == 1
+        part = got["a"][100:200]
+        del got
+        gc.collect()
+        assert r.statistics().arena_held == 1  # a slice keeps the slot
+        del part
+        assert r.statistics().arena_held == 0
+        arena = w._arena.arena
+        assert arena.flags(0) == b"\x01\x01"  # published, released by the one reader
+    finally:
+        _close(w, rs=[r])
+
+
+def test_non_contiguous_and_small_arrays_take_the_normal_path():
+    w, (r,) = _queue()
+    try:
+        a = np.arange(2 * MiB, dtype=np.uint8)
+        for obj in (a[::2], a[: MIN_BYTES - 1], np.zeros((0, 4)), np.array(3)):
+            w.enqueue(obj, timeout=10)
+            got = r.dequeue(timeout=10)
+            assert got.shape == obj.shape and np.array_equal(got, obj)
+        assert w.statistics().arena_hits == 0
+    finally:
+        _close(w, [r])
+
+
+def test_tensors_every_dtype_through_the_arena():
+    torch = pytest.importorskip("torch")
+    w, (r,) = _queue(tensor_arena_bytes=64 * MiB)
+    try:
+        for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+                   torch.int32, torch.int64, torch.bool, torch.complex64):
+            t = (torch.arange(MiB) % 5).to(dt)
+            w.enqueue([t, t[:0], t[3].clone().reshape(())], timeout=10)
+            t2 = t.clone()
+            t.zero_()
+            got = r.dequeue(timeout=10)
+            assert got[0].dtype == dt and torch.equal(got[0], t2) and got[1].numel() == 0 and got[2].shape == ()
+            del got
+        assert w.statistics().arena_hits == 11 and r.statistics().arena_held == 0
+    finally:
+        _close(w, [r])
+
+
+def test_held_view_is_never_overwritten_and_the_writer_falls_back():
+    """A reader keeps one view for many steps while the writer keeps sending: the held slot is
+    never reused, the other slots cycle, no free slot means the normal path (counted)."""
+    w, (r,) = _queue(tensor_arena_slots=2)
+    try:
+        keep = None
+        for k in range(30):
+            w.enqueue(np.full(MiB, k % 251, dtype=np.uint8), timeout=10)
+            got = r.dequeue(timeout=10)
+            assert (got == k % 251).all()
+            if k == 0:
+                keep = got
+            elif k % 3 == 0:
+                hold2 = got  # sometimes hold a second one for a while: the arena is full
+            if k % 3 == 2:
+                hold2 = None
+            assert (keep == 0).all()
+            del got
+        s = w.statistics()
+        assert s.arena_fallbacks > 0 and s.arena_hits > 10 and s.arena_hits + s.arena_fallbacks == 30
+    finally:
+        keep = hold2 = None
+        _close(w, [r])
+
+
+def test_failed_publish_gives_the_slot_back():
+    from ringcast import RingTimeoutError
+
+    w, (r,) = _queue(max_chunks=1, tensor_arena_slots=1)
+    try:
+        w.enqueue("fill", timeout=10)
+        with pytest.raises(RingTimeoutError):
+            w.enqueue(np.ones(MiB, dtype=np.uint8), timeout=0.01)
+        assert r.dequeue(timeout=10) == "fill"
+        w.enqueue(np.ones(MiB, dtype=np.uint8), timeout=10)
+        assert r.dequeue(timeout=10).sum() == MiB and w.statistics().arena_fallbacks == 0
+    finally:
+        _close(w, [r])
+
+
+def test_close_with_views_alive_keeps_them_readable():
+    w, (r,) = _queue()
+    got = None
+    try:
+        w.enqueue(np.full(MiB, 9, dtype=np.uint8), timeout=10)
+        got = r.dequeue(timeout=10)
+    finally:
+        _close(w, [r])
+    assert (got == 9).all()
+    del got
+
+
+def test_handle_mismatch_is_a_layout_error():
+    from ringcast import LayoutError
+
+    a = TensorArena.create(2, 4 * MiB, 2)
+    try:
+        with pytest.raises(LayoutError, match="does not match"):
+            TensorArena.attach((str(a.seg.locator), 3, 2, a.slot_bytes))
+    finally:
+        a.unlink()
+        a.close()
+
+
+def _dying_reader(handle, rank, ready):
+    q = MessageQueue.create_from_handle(handle, rank)
+    q.wait_until_ready(30)
+    held = q.dequeue(timeout=30)  # noqa: F841 - held until SIGKILL
+    ready.set()
+    time.sleep(120)
+
+
+def test_reader_dying_with_a_view_does_not_keep_its_slot():
+    w = MessageQueue(2, 2, tensor_arena_bytes=4 * MiB, tensor_arena_slots=2, max_chunks=2,
+                     evict_dead_readers=True, recheck_interval=0.01)
+    ready = CTX.Event()
+    r1 = None
+    with Children(timeout=60) as ch:
+        try:
+            p = ch.start("dying", _dying_reader, w.export_handle(), 0, ready)
+            r1 = MessageQueue.create_from_handle(w.export_handle(), 1)
+            t = threading.Thread(target=r1.wait_until_ready, args=(30,))
+            t.start()
+            w.wait_until_ready(30)
+            t.join(30)
+            w.enqueue(np.zeros(MiB, dtype=np.uint8), timeout=30)
+            assert (r1.dequeue(timeout=30) == 0).all()
+            assert ready.wait(30)
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(10)
+            deadline = time.monotonic() + 30
+            k = 0
+            while not (w.statistics().arena_reclaimed and w.statistics().arena_hits > 3):
+                assert time.monotonic() < deadline, w.statistics()
+                k += 1
+                w.enqueue(np.full(MiB, k % 251, dtype=np.uint8), timeout=30)
+                assert (r1.dequeue(timeout=30) == k % 251).all()
+        finally:
+            w.close()
+            if r1 is not None:
+                r1.close()

@@ -1,0 +1,155 @@
+"""Large payloads through the queue without the pickle.dumps copy (issue 14, item 1): content and
+order for bytes, bytearray, PickleBuffer, numpy (contiguous or not), CPU tensors of every dtype
+(bf16 and bool included, 0-d and empty), inline, inline with out-of-band buffers and overflow;
+the caller may mutate its object as soon as enqueue returns."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+
+from ringcast import MessageQueue, PayloadError
+
+np = pytest.importorskip("numpy")
+
+
+def _pair(**kw):
+    w = MessageQueue(1, 1, **kw)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    t = threading.Thread(target=r.wait_until_ready, args=(30,))
+    t.start()
+    w.wait_until_ready(30)
+    t.join(30)
+    return w, r
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    if type(a).__module__ == "torch":
+        import torch
+
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _payloads():
+    big = bytes(range(256)) * 4096  # 1 MiB
+    arr = np.arange(300_000, dtype=np.float64)
+    return [
+        {"blob": big, "meta": list(range(8))},
+        bytearray(big[: 70 * 1024]),
+        bytearray(b"x" * 100),
+        arr,
+        arr[::3],  # not contiguous: pickled in band
+        np.asfortranarray(np.arange(120_000, dtype=np.int32).reshape(300, 400)),
+        np.zeros((0, 3)),
+        np.array(7.5),
+        {"a": arr[:10], "b": b"y" * 200_000, "c": "z"},
+    ]
+
+
+@pytest.mark.parametrize("mcb", [1 << 20, 8 << 20])  # 1 MiB: the large ones overflow
+def test_content_and_order(mcb):
+    w, r = _pair(max_chunk_bytes=mcb, max_chunks=4)
+    try:
+        for obj in _payloads():
+            w.enqueue(obj, timeout=10)
+            got = r.dequeue(timeout=10)
+            assert _same(got, obj), type(obj)
+        assert w.statistics().overflows == (2 if mcb == 1 << 20 else 0)
+    finally:
+        w.close()
+        r.close()
+
+
+def test_pickle_buffer_and_memoryview():
+    w, r = _pair(max_chunk_bytes=1 << 20, max_chunks=4)
+    try:
+        src = bytearray(b"q" * 300_000)
+        w.enqueue(pickle.PickleBuffer(src), timeout=10)
+        got = r.dequeue(timeout=10)
+        assert bytes(memoryview(got)) == bytes(src)
+        with pytest.raises(PayloadError, match="cannot pickle memoryview"):
+            w.enqueue(memoryview(src), timeout=10)
+        w.enqueue("after", timeout=10)
+        assert r.dequeue(timeout=10) == "after"
+    finally:
+        w.close()
+        r.close()
+
+
+@pytest.mark.parametrize("mcb", [1 << 16, 4 << 20])
+def test_mutation_after_enqueue(mcb):
+    w, r = _pair(max_chunk_bytes=mcb, max_chunks=4)
+    try:
+        ba = bytearray(b"a" * 200_000)
+        arr = np.ones(100_000)
+        w.enqueue({"ba": ba, "arr": arr}, timeout=10)
+        ba[:] = b"b" * len(ba)
+        arr[:] = 2
+        got = r.dequeue(timeout=10)
+        assert got["ba"] == bytearray(b"a" * 200_000) and (got["arr"] == 1).all()
+    finally:
+        w.close()
+        r.close()
+
+
+def _tensors():
+    import torch
+
+    dts = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+           torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+    out = []
+    for dt in dts:
+        base = (torch.arange(70_000) % 7).to(dt)
+        out += [base, base.reshape(700, 100).t(), base[0].clone().reshape(()), base[:0]]
+    return out
+
+
+@pytest.mark.parametrize("mcb", [1 << 16, 4 << 20])
+def test_tensors_every_dtype(mcb):
+    torch = pytest.importorskip("torch")
+    w, r = _pair(max_chunk_bytes=mcb, max_chunks=4)
+    try:
+        for t in _tensors():
+            w.enqueue({"t": t}, timeout=10)
+            got = r.dequeue(timeout=10)["t"]
+            assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+        t = torch.ones(100_000)
+        w.enqueue(t, timeout=10)
+        t.fill_(3)
+        assert torch.equal(r.dequeue(timeout=10), torch.ones(100_000))
+    finally:
+        w.close()
+        r.close()
+
+
+def test_allow_list_reader_takes_tensors():
+    torch = pytest.importorskip("torch")
+    w = MessageQueue(1, 1)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0, allowed_classes=[])
+    t = threading.Thread(target=r.wait_until_ready, args=(30,))
+    t.start()
+    w.wait_until_ready(30)
+    t.join(30)
+    try:
+        w.enqueue({"t": torch.arange(10)}, timeout=10)
+        assert torch.equal(r.dequeue(timeout=10)["t"], torch.arange(10))
+    finally:
+        w.close()
+        r.close()
+
+
+def test_rebuild_tensor_refuses_non_dtypes():
+    pytest.importorskip("torch")
+    from ringcast.pickling import rebuild_tensor
+
+    with pytest.raises(pickle.UnpicklingError, match="not a torch dtype"):
+        rebuild_tensor(bytearray(8), (2,), "load")
