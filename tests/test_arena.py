@@ -193,3 +193,29 @@ def test_reader_dying_with_a_view_does_not_keep_its_slot():
             w.close()
             if r1 is not None:
                 r1.close()
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    pytest.skip("no RssAnon in /proc/self/status")
+
+
+def test_a_64_mib_tensor_is_a_view_not_a_private_copy():
+    """The reader's tensor lives in the shared slot: its private (anonymous) memory does not
+    grow by the tensor's 64 MiB."""
+    torch = pytest.importorskip("torch")
+    w, (r,) = _queue(tensor_arena_bytes=2 * 72 * MiB, tensor_arena_slots=2)
+    try:
+        t = torch.ones(16 * MiB)  # 64 MiB float32
+        w.enqueue(t, timeout=30)
+        before = _rss_anon()
+        got = r.dequeue(timeout=30)
+        grown = _rss_anon() - before
+        assert got.shape == t.shape and bool(got[::4096].eq(1).all())
+        assert grown < 16 * MiB, f"the reader's private memory grew by {grown} bytes for a 64 MiB tensor"
+        del got
+    finally:
+        _close(w, [r])

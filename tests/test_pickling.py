@@ -268,3 +268,24 @@ def test_in_band_buffers_with_oob_off_are_parts_by_reference():
     got = loads_parts(parts)
     assert np.array_equal(got["a"], a) and np.array_equal(got["f"], f)
     assert bytes(got["pb"]) == bytes(pickle.PickleBuffer(f).raw())
+
+
+class _Reenters:
+    """Its reduction pickles something else with the same (one-thread) pickler."""
+
+    pickler = None
+
+    def __reduce__(self):
+        inner = _Reenters.pickler.dump({"inner": list(range(5))})
+        return (dict, ({"k": b"".join(inner[0])},))
+
+
+def test_one_thread_pickler_is_reentrant_and_matches_dumps():
+    pp = PartsPickler(one_thread=True, tensors=True)
+    _Reenters.pickler = pp
+    obj = {"a": [1, 2, 3], "blob": b"z" * 100_000}
+    parts, main_len, bufs, total = pp.dump(obj)
+    assert b"".join(parts) == pickle.dumps(obj, protocol=5) and main_len == total and not bufs
+    parts, _, _, _ = pp.dump([_Reenters(), obj])
+    got = pickle.loads(b"".join(parts))
+    assert got[1] == obj and pickle.loads(got[0]["k"]) == {"inner": list(range(5))}

@@ -44,8 +44,9 @@ _REBUILD_TENSOR = "ringcast.pickling.rebuild_tensor"
 
 def Pickler() -> PartsPickler:
     """The queue's pickler: protocol 5 into parts, out-of-band buffers, CPU tensors out of band
-    (their bytes as a buffer, rebuilt by :func:`ringcast.pickling.rebuild_tensor`)."""
-    return PartsPickler(oob=True, tensors=True)
+    (their bytes as a buffer, rebuilt by :func:`ringcast.pickling.rebuild_tensor`). One thread
+    at a time, as ``enqueue`` is."""
+    return PartsPickler(oob=True, tensors=True, one_thread=True)
 
 
 def main_frame(parts: list) -> bytes:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["bench_table", "bench_markdown", "write_bench_outputs"]
 
-_ORDER = ("ringcast", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch")
+_ORDER = ("ringcast", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch")
 
 
 def _f(x, nd=1) -> str:

@@ -6,6 +6,8 @@ Each transport has a writer half (``prepare`` before the readers start, ``connec
 way an application would use it):
 
 * ``ringcast`` - :class:`ringcast.MessageQueue` (default wait policy);
+* ``arena``    - the same with a tensor arena (``tensor_arena_bytes``: 3 slots of 72 MiB), so that
+  numpy arrays and CPU tensors of >= 1 MiB reach the readers as views of a shared slot;
 * ``zmq``      - pyzmq PUB/SUB over ``ipc://`` (an XPUB socket, used only to learn that every
   subscriber is connected, so no message is lost to the slow-joiner effect); pickle protocol 5
   with out-of-band buffers sent as extra frames, high-water marks off;
@@ -81,6 +83,15 @@ class _RingcastWriter:
         mq = getattr(self, "mq", None)
         if mq is not None:
             mq.close()
+
+
+class _ArenaWriter(_RingcastWriter):
+    name = "arena"
+    arena = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
+
+    def prepare(self, n: int):
+        self.mq = self._cls()(n, n, **self.kw, **self.arena)
+        return self.mq.export_handle()
 
 
 class BenchLoaderError(RingcastError, ImportError):
@@ -370,7 +381,7 @@ TRANSPORTS = {"floor": _FloorWriter, "ringcast": _RingcastWriter, "zmq": _ZmqWri
 
 def available(vllm_loader: str | None = None) -> dict:
     """Transports usable here (without importing torch or vLLM; a ``vllm_loader`` is loaded)."""
-    out = {"ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter}
+    out = {"ringcast": _RingcastWriter, "arena": _ArenaWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if vllm_loader is not None:
@@ -386,6 +397,8 @@ def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = 
     see :func:`load_message_queue_class` (None: an installed vLLM)."""
     if name == "ringcast":
         return _RingcastWriter(spin)
+    if name == "arena":
+        return _ArenaWriter(spin)
     if name == "vllm":
         return _VllmWriter(spin, vllm_loader)
     return TRANSPORTS[name]()
@@ -393,8 +406,8 @@ def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = 
 
 def open_reader(name: str, info, index: int):
     """In the reader process: ``(recv, close)``; returns once connected."""
-    if name in ("ringcast", "vllm"):
-        if name == "ringcast":
+    if name in ("ringcast", "arena", "vllm"):
+        if name != "vllm":
             from ..queue import MessageQueue
 
             handle, kw = info
@@ -403,7 +416,7 @@ def open_reader(name: str, info, index: int):
             MessageQueue = _VllmWriter(None, loader)._cls()
             handle = pickle.loads(pickled)
         mq = MessageQueue.create_from_handle(handle, index, **kw)
-        if name == "ringcast":
+        if name != "vllm":
             mq.wait_until_ready(timeout=_READY_TIMEOUT)
         else:
             mq.wait_until_ready()
