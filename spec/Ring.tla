@@ -103,6 +103,9 @@ VARIABLES
     annc,      \* [Procs -> BOOLEAN] p's ParkAnnounce increment is executed but
                \*   not yet visible to other processes (RELAXED without F6W:
                \*   the RMW is ldaxr/stlxr, not a full fence)
+    rechk,     \* [Procs -> BOOLEAN] p is re-checking after ParkAnnounce: its
+               \*   next ring load steps (WriterClaim, or ReaderLoadWritten and
+               \*   ReaderLoadReadFlag) are ParkRecheck's loads, as in the code
     alive,     \* [Readers -> BOOLEAN] the reader's process exists
     evicted    \* SUBSET Readers: readers the writer has evicted
 
@@ -110,7 +113,7 @@ mem    == <<written, rflag, data>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
-evars  == <<waiters, moved, annc>>
+evars  == <<waiters, moved, annc, rechk>>
 xvars  == <<alive, evicted>>
 vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
 
@@ -192,7 +195,7 @@ DrainAnnounce(p) ==
     /\ annc[p]
     /\ annc' = [annc EXCEPT ![p] = FALSE]
     /\ waiters' = [waiters EXCEPT ![EC(p)] = @ + 1]
-    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved>>
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved, rechk>>
 
 Drain(p) == DrainStore(p) \/ DrainAnnounce(p)
 
@@ -240,13 +243,19 @@ WNextStep ==
 WriterClaim ==
     /\ pc[Wr] = "claim"
     /\ msg <= M
-    /\ IF Claimable
+    /\ IF rechk[Wr]           \* ParkRecheck's load: retire, or sleep
+       THEN /\ pc' = [pc EXCEPT ![Wr] = IF Claimable THEN "park_retire"
+                                                    ELSE "park_sleep"]
+            /\ rechk' = [rechk EXCEPT ![Wr] = FALSE]
+            /\ UNCHANGED <<wk, wr>>
+       ELSE IF Claimable
        THEN /\ wk' = 1 /\ wr' = 0
             /\ pc' = [pc EXCEPT ![Wr] = Order[1]]
+            /\ UNCHANGED rechk
        ELSE /\ Parking        \* without parking the writer keeps spinning here
             /\ pc' = [pc EXCEPT ![Wr] = "park_snap"]
-            /\ UNCHANGED <<wk, wr>>
-    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, evars>>
+            /\ UNCHANGED <<wk, wr, rechk>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc>>
 
 \* ring.py::RingWriter._writer_clear_written
 WriterClearWritten ==
@@ -338,14 +347,20 @@ ReaderLoadWritten(r) ==
 ReaderLoadReadFlag(r) ==
     /\ pc[r] = "load_r"
     /\ LET f == Load(r, RAddr(i[r], r)) IN
-       IF seen[r] = 1 /\ f = 0
-       THEN pc' = [pc EXCEPT ![r] = "copy"] /\ UNCHANGED i
-       ELSE IF SkipReader /\ seen[r] = 1 /\ f = 1
-       THEN /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]     \* broken: skip chunk
-            /\ pc' = [pc EXCEPT ![r] = "load_w"]
-       ELSE /\ pc' = [pc EXCEPT ![r] = IF Parking THEN "park_snap" ELSE "load_w"]
+       IF rechk[r]          \* ParkRecheck's second load: retire, or sleep
+       THEN /\ pc' = [pc EXCEPT ![r] = IF seen[r] = 1 /\ f = 0 THEN "park_retire"
+                                                             ELSE "park_sleep"]
+            /\ rechk' = [rechk EXCEPT ![r] = FALSE]
             /\ UNCHANGED i
-    /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, evars>>
+       ELSE /\ UNCHANGED rechk
+            /\ IF seen[r] = 1 /\ f = 0
+               THEN pc' = [pc EXCEPT ![r] = "copy"] /\ UNCHANGED i
+               ELSE IF SkipReader /\ seen[r] = 1 /\ f = 1
+               THEN /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]  \* broken: skip chunk
+                    /\ pc' = [pc EXCEPT ![r] = "load_w"]
+               ELSE /\ pc' = [pc EXCEPT ![r] = IF Parking THEN "park_snap" ELSE "load_w"]
+                    /\ UNCHANGED i
+    /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, waiters, moved, annc>>
 
 \* Deliver a copied payload value (an overflow marker delivers later).
 Deliver(r, v) ==
@@ -406,7 +421,7 @@ ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
     /\ moved' = [moved EXCEPT ![p] = FALSE]          \* s := seq
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
 
 \* waiting.py::EventCount._park_announce
 ParkAnnounce(p) ==
@@ -416,16 +431,20 @@ ParkAnnounce(p) ==
        THEN annc' = [annc EXCEPT ![p] = TRUE] /\ UNCHANGED waiters
        ELSE waiters' = [waiters EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED annc
     /\ pc' = [pc EXCEPT ![p] = IF Recheck THEN "park_recheck" ELSE "park_sleep"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, rechk>>
 
-\* The recheck's loads may run before the increment is visible (LateAnnc);
-\* with F6W the fence after the RMW waits for it.
+\* The re-check is the side's own ring load steps (the code calls its
+\* ready(): WriterClaim, or ReaderLoadWritten then ReaderLoadReadFlag),
+\* flagged by rechk: the last of them goes on to ParkRetire or ParkSleep.
+\* Its loads may run before the increment is visible (LateAnnc); with F6W
+\* the fence after the RMW waits for it.
 \* waiting.py::Waiter._park_recheck
 ParkRecheck(p) ==
     /\ pc[p] = "park_recheck"
     /\ MM = "RELAXED" /\ F6W => ~annc[p]
-    /\ pc' = [pc EXCEPT ![p] = IF Ready(p) THEN "park_retire" ELSE "park_sleep"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+    /\ rechk' = [rechk EXCEPT ![p] = TRUE]
+    /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc>>
 
 \* waiting.py::EventCount._park_sleep
 ParkSleep(p) ==
@@ -442,7 +461,7 @@ ParkRetire(p) ==
     /\ waiters' = [waiters EXCEPT ![EC(p)] = @ - 1]
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, annc>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, annc, rechk>>
 
 \* waiting.py::EventCount._notify_load_waiters
 NotifyLoadWaiters(p) ==
@@ -461,9 +480,10 @@ NotifyWake(p) ==
     /\ moved' = [q \in Procs |->
                    IF EC(q) = NEC(p)
                    THEN pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
+                        \/ rechk[q]
                    ELSE moved[q]]
     /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
 
 -----------------------------------------------------------------------------
 (********************************* system **********************************)
@@ -511,6 +531,7 @@ Init ==
     /\ waiters = [e \in ECs |-> 0]
     /\ moved   = [p \in Procs |-> FALSE]
     /\ annc    = [p \in Procs |-> FALSE]
+    /\ rechk   = [p \in Procs |-> FALSE]
     /\ alive   = [r \in Readers |-> TRUE]
     /\ evicted = {}
 
@@ -553,6 +574,7 @@ TypeOK ==
     /\ \A r \in Readers : fifo[r] \in Seq(Msgs)
     /\ waiters \in [ECs -> 0 .. NR]
     /\ moved \in [Procs -> BOOLEAN] /\ annc \in [Procs -> BOOLEAN]
+    /\ rechk \in [Procs -> BOOLEAN]
     /\ alive \in [Readers -> BOOLEAN] /\ evicted \subseteq Readers
 
 \* Index of the payload step in Order (0 if absent).
