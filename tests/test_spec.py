@@ -257,6 +257,8 @@ def effective(c: dict[str, str]) -> dict[str, str]:
     F6N only with parking, the overflow switches only with overflowing messages, eviction's
     switches only with readers that may die."""
     c = dict(c)
+    if "Parking" not in c:  # not a Ring model (spec/Arena.tla): every constant counts
+        return c
     drop = set()
     if c["MM"] == '"SC"':
         drop |= set(FENCES)

@@ -32,7 +32,10 @@ object using that memory is freed (the numpy array, the tensor's storage, any sl
 all keep the view alive), a ``weakref.finalize`` runs ``ArenaRelease``: fence, ``released_r :=
 1``. Not at ``dequeue``: a view outlives it. A reader process that dies holding views never
 releases: when the writer finds no free slot it checks the readers that hold slots and treats a
-dead one's flags as released (``ArenaReclaimDead``), as eviction does on the ring.
+dead one's flags as released (``ArenaReclaimDead``), as eviction does on the ring. A message
+whose slots were filled but whose ring chunk was never published (a timeout, ``shutdown()``)
+gives them back (``unplace``): no reader can hold them. spec/Arena.tla models the slot
+lifecycle (models ``arena_correct``, ``arena_release_at_dequeue``, ``arena_no_reclaim``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from __future__ import annotations
 import pickle
 import struct
 import threading
-import time
 import weakref
 
 from .atomics import fence
@@ -57,7 +59,6 @@ _MAGIC = b"RCARENA1"
 _HEAD = struct.Struct("<8sIIQ")  # magic, n_reader, n_slots, slot_bytes
 _HEAD_BYTES = 64
 _PAGE = 4096
-_RECLAIM_EVERY = 0.05  # s: the writer looks for dead holders at most this often
 
 
 class TensorArena:
@@ -136,7 +137,6 @@ class ArenaWriter:
         self.min_bytes = min_bytes
         self.next = 0
         self.hits = self.fallbacks = self.reclaimed = 0
-        self._checked_at = 0.0
         self._released = b"\x01" * arena.n_reader
 
     def place(self, bufs: list, sizes: list) -> list | None:
@@ -179,7 +179,7 @@ class ArenaWriter:
                 if s not in taken and self._arena_claim(s):
                     self.next = (s + 1) % a.n_slots
                     return s
-            if attempt or not self._reclaim_dead():
+            if attempt or not self._arena_reclaim_dead():
                 return -1
         return -1
 
@@ -211,12 +211,10 @@ class ArenaWriter:
         self.arena.buf[self.arena.meta(s)] = 1
 
     # Spec: ArenaReclaimDead
-    def _reclaim_dead(self) -> bool:
-        """Dead readers' flags set in every slot (at most every _RECLAIM_EVERY s); True if any."""
-        now = time.monotonic()
-        if now - self._checked_at < _RECLAIM_EVERY:
-            return False
-        self._checked_at = now
+    def _arena_reclaim_dead(self) -> bool:
+        """No slot is free: the readers holding slots that are dead get their flags set in
+        every slot (their views died with them); True if any. Costs a /proc read per holder,
+        only on this path (a full arena, with a buffer of >= min_bytes to place)."""
         a = self.arena
         holders = {r for s in range(a.n_slots) for r in range(a.n_reader) if a.buf[a.meta(s)] and not a.buf[a.meta(s) + 1 + r]}
         dead = [r for r, _pid in self.dead_readers(sorted(holders))]
