@@ -119,6 +119,33 @@ def no_memfd_leak():
     yield from _fail_on_new(_memfd_descriptors, "memfd segment descriptors (close() the queue or ring)")
 
 
+def _socket_dirs() -> set[str]:
+    """Local-channel socket directories this process made (ringcast-<pid>-...) where queues put them."""
+    from ringcast.channel import IPC_DIR_PREFIX, _ipc_bases
+
+    out = set()
+    for base in _ipc_bases():
+        try:
+            out |= {os.path.join(base, n) for n in os.listdir(base) if n.startswith(f"{IPC_DIR_PREFIX}{os.getpid()}-")}
+        except OSError:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_socket_dir_leak():
+    """Fail a test that leaves a queue's local socket directory behind (an unclosed writer)."""
+    before = _socket_dirs()
+    yield
+    new = sorted(_socket_dirs() - before)
+    if new:
+        from ringcast.channel import IPC_SOCKET, remove_local
+
+        for d in new:
+            remove_local(os.path.join(d, IPC_SOCKET))
+        pytest.fail(f"test left local socket directories: {new}")
+
+
 @pytest.fixture(autouse=True)
 def no_shm_leak():
     """Fail a test that leaves a ringcast segment in /dev/shm (segments of concurrently running

@@ -7,9 +7,12 @@ displaces a real reader, nor receives anything)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import errno
 import os
+import pathlib
 import pwd
+import shutil
 import signal
 import socket
 import stat
@@ -77,6 +80,15 @@ class Stray:
     def close(self) -> None:
         self.sock.close(0)
         self.ctx.term()
+
+
+@pytest.fixture
+def short_dir():
+    """A fresh directory with a short path (tmp_path under xdist is too long for a socket path
+    below it, and the queue would rightly fall back to the temp dir)."""
+    d = tempfile.mkdtemp(prefix="rc-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _read_all(readers, n: int):
@@ -222,7 +234,8 @@ def test_socket_directory_is_private_and_gone_after_handshake_and_close():
     assert not os.path.exists(d2)
 
 
-def test_socket_directory_goes_under_a_usable_xdg_runtime_dir(tmp_path, monkeypatch):
+def test_socket_directory_goes_under_a_usable_xdg_runtime_dir(short_dir, monkeypatch):
+    tmp_path = pathlib.Path(short_dir)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     with MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2) as w:
         path = _path(w.export_handle().local_subscribe_addr)
@@ -240,9 +253,10 @@ def test_socket_directory_goes_under_a_usable_xdg_runtime_dir(tmp_path, monkeypa
 
 
 @pytest.mark.timeout(60)
-def test_directory_of_a_writer_killed_before_its_handshake_is_swept(tmp_path, monkeypatch):
+def test_directory_of_a_writer_killed_before_its_handshake_is_swept(short_dir, monkeypatch):
     """SIGKILLed before its handshake, a writer leaves its empty socket directory and socket file
     (documented in docs/reliability.md); the next queue of the same user there removes them."""
+    tmp_path = short_dir
     code = (
         "import time\nfrom ringcast import MessageQueue\n"
         "mq = MessageQueue(1, 1, max_chunk_bytes=64, max_chunks=2)\n"
@@ -252,6 +266,7 @@ def test_directory_of_a_writer_killed_before_its_handshake_is_swept(tmp_path, mo
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         path = _path(proc.stdout.readline().strip())
+        assert path.startswith(short_dir + os.sep), path
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -275,3 +290,18 @@ def test_handle_without_the_secret_is_refused():
         for bad in (None, b"", h.topic[:-1], "text"):
             with pytest.raises(HandleError, match="subscription secret"):
                 MessageQueue.create_from_handle(dataclasses.replace(h, topic=bad), 0)
+
+
+def test_writer_socket_dropped_without_close_removes_its_directory():
+    addr, path = channel.local_address()
+    ctx = zmq.Context()
+    ts = channel.xpub(ctx, addr, channel.new_topic())
+    sock = ts.sock
+    try:
+        assert os.path.exists(path)
+        del ts
+        gc.collect()
+        assert not os.path.exists(os.path.dirname(path))
+    finally:
+        sock.close(0)
+        ctx.term()

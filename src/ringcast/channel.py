@@ -28,6 +28,7 @@ import socket as _socket
 import stat
 import tempfile
 import time
+import weakref
 
 import zmq
 
@@ -182,7 +183,7 @@ class TopicSocket:
     put the topic first and :meth:`admit` applies a subscription that presents it; on a reader's
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
-    __slots__ = ("sock", "topic", "_strip", "_more")
+    __slots__ = ("sock", "topic", "_strip", "_more", "__weakref__")
 
     def __init__(self, sock, topic: bytes, strip: bool) -> None:
         self.sock, self.topic, self._strip = sock, topic, strip
@@ -234,7 +235,10 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     except zmq.ZMQError:
         s.close(0)
         raise
-    return TopicSocket(s, topic, strip=False)
+    ts = TopicSocket(s, topic, strip=False)
+    if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
+        weakref.finalize(ts, remove_local, addr[len("ipc://"):])
+    return ts
 
 
 def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket:
