@@ -219,3 +219,31 @@ def test_a_64_mib_tensor_is_a_view_not_a_private_copy():
         del got
     finally:
         _close(w, [r])
+
+
+def test_overflowing_message_and_remote_reader_get_the_bytes():
+    """A message whose pickle alone overflows the chunk takes the overflow path whole (no slot);
+    a remote reader of an arena queue gets every buffer over TCP."""
+    w = MessageQueue(2, 1, max_chunk_bytes=64 * 1024, tensor_arena_bytes=8 * MiB, tensor_arena_slots=4,
+                     connect_ip="127.0.0.1")
+    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(2)]
+    ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in rs]
+    for t in ts:
+        t.start()
+    w.wait_until_ready(30)
+    for t in ts:
+        t.join(30)
+    try:
+        msgs = [{"a": np.full(MiB, 1, dtype=np.uint8), "b": b"x" * 100_000},  # pickle > chunk: overflow
+                {"a": np.full(MiB, 2, dtype=np.uint8), "b": b"y" * 100}]  # the array in a slot
+        for m in msgs:
+            w.enqueue(m, timeout=10)
+        for r in rs:
+            for m in msgs:
+                got = r.dequeue(timeout=10)
+                assert got["b"] == m["b"] and np.array_equal(got["a"], m["a"])
+        s = w.statistics()
+        assert s.overflows == 1 and s.arena_hits == 1
+        assert rs[0].statistics().arena_hits == 1 and rs[1].statistics().arena_hits == 0
+    finally:
+        _close(w, rs)
