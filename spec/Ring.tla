@@ -39,6 +39,8 @@ CONSTANTS
     F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
     Parking,        \* waiters really sleep on the eventcount (no spinning)
     Recheck,        \* the eventcount waiter re-checks after announcing
+    Spin,           \* with Parking: a failed look may be repeated before
+                    \*   parking (the code's spin phase; trace validation)
     CrashSet,       \* readers that may die (SIGKILL) at any step
     Evict,          \* the writer evicts a dead reader it waits for
     EvictSkipsFlag  \* after eviction the writer no longer clears its flag
@@ -58,7 +60,7 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ RecvMode \in {"block", "owed", "giveup"}
        /\ MM \in {"SC", "TSO", "RELAXED"}
        /\ \A b \in {SkipReader, TwoStepPayload, TimeoutAnytime, F2, F3,
-                    F4, F5, F6W, F6N, F7, Parking, Recheck, Evict,
+                    F4, F5, F6W, F6N, F7, Parking, Recheck, Spin, Evict,
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
        /\ (CrashSet # {} \/ Evict) => MM = "SC" /\ ~Parking
@@ -358,7 +360,10 @@ ReaderLoadReadFlag(r) ==
                ELSE IF SkipReader /\ seen[r] = 1 /\ f = 1
                THEN /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]  \* broken: skip chunk
                     /\ pc' = [pc EXCEPT ![r] = "load_w"]
-               ELSE /\ pc' = [pc EXCEPT ![r] = IF Parking THEN "park_snap" ELSE "load_w"]
+               ELSE /\ \E nxt \in IF ~Parking THEN {"load_w"}
+                                   ELSE IF Spin THEN {"park_snap", "load_w"}
+                                   ELSE {"park_snap"} :
+                          pc' = [pc EXCEPT ![r] = nxt]
                     /\ UNCHANGED i
     /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, waiters, moved, annc>>
 
