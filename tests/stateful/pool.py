@@ -704,7 +704,10 @@ class QueueRun(_RunBase):
 
     def drain(self, max_steps: int | None = None) -> None:
         m = self.model
-        if not self.cancelled:
+        # A shutdown() that no process has seen yet (no Cancelled so far) still ends the run
+        # early: e.g. the writer shut down before its first claim raises Cancelled at its next
+        # enqueue, and a reader then waits forever for the message it will never send.
+        if not self.cancelled and not m.shutdown_req:
             super().drain(max_steps)
             for pr in self.sleeping():
                 self._fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
