@@ -11,6 +11,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the atomic protocol steps (``RingWriter``,
   ``RingReader``), one method per TLA+ action of spec/Ring.tla.
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
+* :mod:`ringcast.arena` - the tensor arena beside the ring: large arrays/tensors in slots of a
+  second segment, read as zero-copy views, released when the last view dies (spec/Arena.tla).
 * :mod:`ringcast.endpoint` - the protocol endpoints: ``WriterEndpoint.publish(parts, ...)`` and
   ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
   (claim .. publish, load .. ack, the overflow pairing, waiting and notifying); the only caller
