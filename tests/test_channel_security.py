@@ -305,3 +305,36 @@ def test_writer_socket_dropped_without_close_removes_its_directory():
     finally:
         sock.close(0)
         ctx.term()
+
+
+@pytest.mark.timeout(60)
+def test_a_subscription_with_the_secret_after_the_handshake_is_served():
+    """A remote reader whose TCP connection drops subscribes again when it reconnects: the writer
+    admits such a subscription (with the secret only) before its next message."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1")
+    h = w.export_handle()
+    readers, late, stray = [], None, None
+    try:
+        readers = [MessageQueue.create_from_handle(h, 0)]
+        _handshake(w, readers)
+        late, stray = Stray(h.remote_subscribe_addr, h.topic), Stray(h.remote_subscribe_addr, b"")
+        deadline = time.monotonic() + 20
+        i = 0
+        while not late.sock.poll(0):  # its subscription reaches the writer at some point
+            assert time.monotonic() < deadline, "a subscription with the secret was never admitted"
+            w.enqueue(i, timeout=5)
+            assert readers[0].dequeue(timeout=5) == i
+            i += 1
+            late.sock.poll(20)
+        frames = late.sock.recv_multipart()
+        assert frames[0] == h.topic and len(frames) == 2
+        w.enqueue("last", timeout=5)
+        assert readers[0].dequeue(timeout=5) == "last"
+        assert late.sock.poll(5000) and late.sock.recv_multipart()[0] == h.topic
+        assert stray.received(100) == 0
+    finally:
+        for s in (late, stray):
+            if s is not None:
+                s.close()
+        for q in (w, *readers):
+            q.close()

@@ -43,6 +43,8 @@ __all__ = [
 TOPIC_BYTES = 16  # the subscription secret: 128 random bits
 IPC_DIR_PREFIX = "ringcast-"  # ringcast-<writer pid>-<its start time>-<random>/overflow.sock
 IPC_SOCKET = "overflow.sock"
+_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
+READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscriptions
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
 POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
@@ -183,20 +185,39 @@ class TopicSocket:
     put the topic first and :meth:`admit` applies a subscription that presents it; on a reader's
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
-    __slots__ = ("sock", "topic", "_strip", "_more", "__weakref__")
+    __slots__ = ("sock", "topic", "_strip", "_more", "readmit", "_next_readmit", "__weakref__")
 
     def __init__(self, sock, topic: bytes, strip: bool) -> None:
         self.sock, self.topic, self._strip = sock, topic, strip
         self._more = False  # inside a multipart message being sent frame by frame
+        #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
+        #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
+        #: subscribes again on reconnect). Checking costs ~3 us, a clock read ~0.05 us.
+        self.readmit = False
+        self._next_readmit = 0.0
+
+    def _readmit(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_readmit:
+            self._next_readmit = now + READMIT_INTERVAL
+            while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self.admit(self.sock.recv_multipart())
 
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False):
         if not self._more:
-            self.sock.send(self.topic, zmq.SNDMORE)
-        self._more = bool(flags & zmq.SNDMORE)
+            if self.readmit:
+                self._readmit()
+            self.sock.send(self.topic, _SNDMORE)
+        self._more = int(flags) & _SNDMORE
         return self.sock.send(data, flags, copy=copy, track=track)
 
     def send_multipart(self, frames, copy: bool = True) -> None:
-        self.sock.send_multipart([self.topic, *frames], copy=copy)
+        if self.readmit:
+            self._readmit()
+        sock, last = self.sock, len(frames) - 1
+        sock.send(self.topic, _SNDMORE)  # frame by frame: pyzmq's send_multipart costs ~1 us more
+        for k, f in enumerate(frames):
+            sock.send(f, _SNDMORE if k < last else 0, copy=copy)
 
     def recv_multipart(self, copy: bool = True) -> list:
         frames = self.sock.recv_multipart(copy=copy)

@@ -94,6 +94,7 @@ def writer_handshake(channels, recv) -> None:
                 ignored += 1
         if n:
             sock.send(READY)
+            sock.readmit = True
 
 
 def reader_handshake(sock, recv) -> None:
