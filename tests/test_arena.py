@@ -247,3 +247,126 @@ def test_overflowing_message_and_remote_reader_get_the_bytes():
         assert rs[0].statistics().arena_hits == 1 and rs[1].statistics().arena_hits == 0
     finally:
         _close(w, rs)
+
+
+# -- the slot protocol, stateful (the actions of spec/Arena.tla, driven by Hypothesis) -----------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule  # noqa: E402
+
+from ringcast.arena import ArenaReader, ArenaWriter  # noqa: E402
+
+_SLOT = 4096
+
+
+class ArenaMachine(RuleBasedStateMachine):
+    """One writer and two readers in this process over one arena of 2 slots: the writer places
+    a buffer per message (ArenaClaim .. ArenaPublish, or the fallback), readers dequeue in order
+    (a view per arena message), drop views at any later time (ArenaRelease), reader 1 may die
+    holding views (they vanish without a release) and the writer takes its flags back
+    (ArenaReclaimDead). Invariants: spec/Arena.tla's NoOverwrite and NoDeadLeak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arena = TensorArena.create(2, 2 * _SLOT, 2)
+        self.dead: set = set()
+        self.writer = ArenaWriter(self.arena, lambda: [0, 1], lambda rs: [(r, 1) for r in rs if r in self.dead], min_bytes=1)
+        self.readers = [ArenaReader(self.arena, r) for r in (0, 1)]
+        self.log: list = []  # per message: (slot or -1, message number)
+        self.cursor = [0, 0]
+        self.views: list = [[], []]  # per reader: (memoryview, message number)
+        self.bad_fallback = False
+
+    @staticmethod
+    def payload(k: int) -> bytes:
+        return bytes([k % 251]) * _SLOT
+
+    @rule()
+    def send(self):
+        k = len(self.log)
+        before = self.writer.fallbacks
+        slots = self.writer.place([self.payload(k)], [_SLOT])
+        if self.writer.fallbacks > before:
+            a = self.arena
+            held_by_live = any(a.flags(s)[0] == 1 and any(a.flags(s)[1 + r] == 0 for r in (0, 1) if r not in self.dead)
+                               for s in range(a.n_slots))
+            self.bad_fallback |= not held_by_live
+        self.log.append((-1 if slots is None else slots[0], k))
+
+    @rule(r=st.sampled_from([0, 1]))
+    def dequeue(self, r):
+        if r in self.dead or self.cursor[r] >= len(self.log):
+            return
+        s, k = self.log[self.cursor[r]]
+        self.cursor[r] += 1
+        if s >= 0:
+            self.views[r].append((memoryview(self.readers[r].view(s, _SLOT)), k))
+
+    @rule(r=st.sampled_from([0, 1]), data=st.data())
+    def drop(self, r, data):
+        if self.views[r]:
+            i = data.draw(st.integers(0, len(self.views[r]) - 1))
+            mv, _ = self.views[r].pop(i)
+            mv.release()
+
+    @precondition(lambda self: not self.dead)
+    @rule()
+    def crash(self):
+        self.readers[1]._arena_release = lambda s: None  # a dead process releases nothing
+        self.dead.add(1)
+        for mv, _ in self.views[1]:
+            mv.release()
+        self.views[1] = []
+
+    @invariant()
+    def no_overwrite(self):
+        for r in (0, 1):
+            for mv, k in self.views[r]:
+                assert mv[0] == k % 251 and mv[-1] == k % 251, f"reader {r}'s view of message {k} was overwritten"
+
+    @invariant()
+    def no_dead_leak(self):
+        assert not self.bad_fallback, "the writer fell back while only a dead reader held the slots"
+
+    def teardown(self):
+        for vs in self.views:
+            for mv, _ in vs:
+                mv.release()
+        self.views = [[], []]
+        self.writer.close()
+
+
+TestArenaMachine = ArenaMachine.TestCase
+TestArenaMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None, derandomize=True, database=None)
+
+
+class _ReleaseAtDequeue(ArenaMachine):
+    """Planted bug (model arena_release_at_dequeue): the flag is released at dequeue."""
+
+    @rule(r=st.sampled_from([0, 1]))
+    def dequeue(self, r):
+        if r in self.dead or self.cursor[r] >= len(self.log):
+            return
+        s, k = self.log[self.cursor[r]]
+        self.cursor[r] += 1
+        if s >= 0:
+            self.views[r].append((memoryview(self.readers[r].view(s, _SLOT)), k))
+            self.arena.buf[self.arena.meta(s) + 1 + r] = 1
+
+
+class _NoReclaim(ArenaMachine):
+    """Planted bug (model arena_no_reclaim): the writer never sees a dead reader."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer.dead_readers = lambda rs: []
+
+
+@pytest.mark.parametrize("machine, message", [(_ReleaseAtDequeue, "was overwritten"), (_NoReclaim, "only a dead reader")])
+def test_planted_arena_bugs_are_found(machine, message):
+    from hypothesis.stateful import run_state_machine_as_test
+
+    with pytest.raises(AssertionError, match=message):
+        run_state_machine_as_test(machine, settings=settings(max_examples=300, stateful_step_count=40, deadline=None,
+                                                             derandomize=True, database=None))
