@@ -302,6 +302,10 @@ class ArenaMachine(RuleBasedStateMachine):
         self.cursor[r] += 1
         if s >= 0:
             self.views[r].append((memoryview(self.readers[r].view(s, _SLOT)), k))
+            self.dequeued(r, s)
+
+    def dequeued(self, r, s):
+        """After reader r built its view of slot s (planted bugs act here)."""
 
     @rule(r=st.sampled_from([0, 1]), data=st.data())
     def drop(self, r, data):
@@ -344,15 +348,8 @@ TestArenaMachine.settings = settings(max_examples=60, stateful_step_count=40, de
 class _ReleaseAtDequeue(ArenaMachine):
     """Planted bug (model arena_release_at_dequeue): the flag is released at dequeue."""
 
-    @rule(r=st.sampled_from([0, 1]))
-    def dequeue(self, r):
-        if r in self.dead or self.cursor[r] >= len(self.log):
-            return
-        s, k = self.log[self.cursor[r]]
-        self.cursor[r] += 1
-        if s >= 0:
-            self.views[r].append((memoryview(self.readers[r].view(s, _SLOT)), k))
-            self.arena.buf[self.arena.meta(s) + 1 + r] = 1
+    def dequeued(self, r, s):
+        self.arena.buf[self.arena.meta(s) + 1 + r] = 1
 
 
 class _NoReclaim(ArenaMachine):
