@@ -281,9 +281,10 @@ def live_writer():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    field=st.sampled_from(["local_reader_ranks", "buffer_handle", "local_subscribe_addr", "remote_subscribe_addr", "n_reader", "version"]),
+    field=st.sampled_from(["local_reader_ranks", "buffer_handle", "local_subscribe_addr", "remote_subscribe_addr", "n_reader", "version", "topic"]),
     value=st.one_of(
         st.none(),
+        st.binary(max_size=20),
         st.integers(-5, 5),
         st.text(max_size=12),
         st.lists(st.integers(-2, 4), max_size=3),
