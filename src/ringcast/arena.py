@@ -241,7 +241,7 @@ class ArenaReader:
         self.r = r
         self.held: set = set()  # slots whose view is alive in this process
         self.views = 0  # views built (statistics)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a finalizer may run in this thread while it holds the lock
         self._closed = False
 
     def statistics(self) -> dict:
