@@ -367,3 +367,22 @@ def test_planted_arena_bugs_are_found(machine, message):
     with pytest.raises(AssertionError, match=message):
         run_state_machine_as_test(machine, settings=settings(max_examples=300, stateful_step_count=40, deadline=None,
                                                              derandomize=True, database=None))
+
+
+@pytest.mark.parametrize("kind", ["posix", "memfd"])
+def test_arena_segment_is_unlinked_after_the_handshake(kind):
+    """Like the ring: once every local reader has attached, nobody new can attach to the arena
+    (a posix name is removed, a memfd creator's descriptor closed); the readers' views still
+    work; close() leaves nothing (conftest checks /dev/shm names and memfd descriptors)."""
+    from ringcast.shm import can_attach, memfd_available
+
+    if kind == "memfd" and not memfd_available():
+        pytest.skip("no memfd here")
+    w, (r,) = _queue(segment_kind=kind)
+    try:
+        loc = w._arena.arena.seg.locator
+        assert loc.kind == kind and not can_attach(loc)
+        w.enqueue(np.full(MiB, 5, dtype=np.uint8), timeout=10)
+        assert (r.dequeue(timeout=10) == 5).all()
+    finally:
+        _close(w, [r])
