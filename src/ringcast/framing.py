@@ -31,13 +31,13 @@ from .endpoint import OVERFLOW
 from .errors import PayloadError
 from .pickling import PartsPickler
 
-__all__ = ["INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "Pickler", "frame", "main_frame", "Unpickler"]
+__all__ = ["INLINE", "MARK_INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "Pickler", "frame", "main_frame", "Unpickler"]
 
 INLINE, OVERFLOW_MARKER, INLINE_OOB, INLINE_ARENA = 0, 1, 2, 3
 _OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
 _U64 = struct.Struct("<Q")
 _SLOT = struct.Struct("<Qq")  # a buffer's length, its arena slot (-1: inline)
-_MARK_INLINE = b"\x00"
+MARK_INLINE = b"\x00"  # the first part of an inline chunk (MessageQueue.enqueue's fast path uses it)
 _MARK_OVERFLOW = (b"\x01",)
 _REBUILD_TENSOR = "ringcast.pickling.rebuild_tensor"
 
@@ -64,7 +64,7 @@ def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: i
     slots it filled are returned (None: none), for ``arena.unplace`` if publishing fails."""
     if not bufs:
         if main_len <= max_chunk_bytes - 1:
-            return (_MARK_INLINE, *parts), None, None
+            return (MARK_INLINE, *parts), None, None
         return _MARK_OVERFLOW, [main_frame(parts)], None
     if arena is not None:
         sizes = [_nbytes(b) for b in bufs]

@@ -31,7 +31,7 @@ from . import channel
 from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
-from .framing import Pickler, Unpickler, frame, main_frame
+from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueStatistics, ReaderSide, WriterSide, check_rank_list, wait_policy
@@ -316,7 +316,7 @@ class MessageQueue:
 
     # -- writing ---------------------------------------------------------------------------------
     def _send_overflow(self, frames) -> None:
-        _send_frames(self.local_socket, frames)
+        self.local_socket.send_multipart(frames, copy=True)  # copied now: buffers may alias the caller's objects
 
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
@@ -332,7 +332,9 @@ class MessageQueue:
             parts, main_len, bufs, size = self._pickler.dump(obj)
             ep = self._endpoint
             overflow = None
-            if ep is not None:
+            if ep is not None and not bufs and main_len < self.buffer.max_chunk_bytes:
+                ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
+            elif ep is not None:
                 chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
                 if slots is None:
                     ep.publish(chunk, timeout, overflow)
@@ -341,7 +343,7 @@ class MessageQueue:
                 if overflow is not None:
                     self._overflows += 1
             if self.n_remote_reader > 0:
-                _send_frames(self.remote_socket, [overflow[0] if overflow else main_frame(parts), *bufs])
+                self.remote_socket.send_multipart([overflow[0] if overflow else main_frame(parts), *bufs], copy=True)
             self._messages += 1
             self._bytes += size
         finally:
@@ -511,13 +513,6 @@ class MessageQueue:
 
 def _nothing() -> None:
     pass
-
-
-def _send_frames(sock, frames) -> None:
-    """Send ``[pickle, *buffers]``, copied by ZeroMQ before this returns: the buffers may alias
-    the caller's objects (the caller may mutate its object as soon as ``enqueue`` returns), and
-    ``copy=False`` would start pyzmq's garbage-collector thread and sockets in every writer."""
-    sock.send_multipart(frames, copy=True)
 
 
 def _weak(method):
