@@ -262,9 +262,34 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     return ts
 
 
+def reachable_ipc(path: str) -> str:
+    """The writer's socket file ``path`` as this process can connect to it.
+
+    A local reader shares the writer's PID namespace (it maps the writer's segment through
+    /proc) but may have a mount namespace of its own (its own /tmp: a container sharing the
+    host's PIDs, ``unshare --mount``), where ``path`` names nothing or another file. Then it
+    reaches the file through ``/proc/<writer pid>/root`` (the writer's pid is in the socket
+    directory's name). ``path`` itself is kept wherever it is the writer's file."""
+    parts = os.path.basename(os.path.dirname(path)).split("-")
+    if not os.path.isabs(path) or len(parts) != 4 or f"{parts[0]}-" != IPC_DIR_PREFIX or not parts[1].isdigit():
+        return path
+    via_root = f"/proc/{parts[1]}/root{path}"
+    try:
+        theirs = os.stat(via_root)
+    except OSError:  # another PID namespace, or the writer is gone: connect() tells
+        return path
+    try:
+        mine = os.stat(path)
+    except OSError:
+        return via_root
+    return path if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) else via_root
+
+
 def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket:
     if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
         raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
+    if addr.startswith("ipc://"):
+        addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
     s = ctx.socket(zmq.SUB)
     if curve_keys is not None:
         server_public, client_public, client_secret = curve_keys
