@@ -162,7 +162,10 @@ class Unpickler:
             lens = [_SLOT.unpack_from(view, off + _SLOT.size * k) for k in range(nbuf)]
             off += _SLOT.size * nbuf
             if self.arena is None:
-                raise PayloadError(f"{self.describe()} got a tensor-arena message but has no arena: the handle lacks it")
+                raise PayloadError(
+                    f"{self.describe()} got a message with {nbuf} buffer(s) in the writer's tensor arena but has no arena: "
+                    "its handle lacks the writer's tensor_arena attribute; pass the handle from export_handle() unchanged"
+                )
         main = view[off : off + main_len]
         off += main_len
         buffers = []
