@@ -386,3 +386,26 @@ def test_arena_segment_is_unlinked_after_the_handshake(kind):
         assert (r.dequeue(timeout=10) == 5).all()
     finally:
         _close(w, [r])
+
+
+def test_reader_without_the_arena_gets_a_precise_error():
+    import copy
+
+    from ringcast import PayloadError
+
+    w = MessageQueue(1, 1, tensor_arena_bytes=4 * MiB, tensor_arena_slots=2)
+    h = copy.copy(w.export_handle())
+    del h.tensor_arena  # a handle rebuilt field by field loses the attribute
+    r = MessageQueue.create_from_handle(h, 0)
+    t = threading.Thread(target=r.wait_until_ready, args=(30,))
+    t.start()
+    w.wait_until_ready(30)
+    t.join(30)
+    try:
+        w.enqueue(np.ones(MiB, dtype=np.uint8), timeout=10)
+        w.enqueue("next", timeout=10)
+        with pytest.raises(PayloadError, match="tensor_arena attribute"):
+            r.dequeue(timeout=10)
+        assert r.dequeue(timeout=10) == "next"
+    finally:
+        _close(w, [r])
