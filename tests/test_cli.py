@@ -126,7 +126,8 @@ def test_spec_subcommand_forwards_to_the_tlc_driver():
 @pytest.mark.timeout(150)
 def test_stress_record_trace(tmp_path: Path, tlc):
     """``--record-trace``: a tiny quick scenario, then serialised ring-level runs on real processes
-    whose traces TLC checks against spec/Ring.tla; the traces land in the file."""
+    whose traces TLC checks against spec/Ring.tla, and serialised MessageQueue-level runs (parking,
+    overflow) checked through spec/trace/TraceQueue.tla; the traces land in the two files."""
     out, traces = tmp_path / "out", tmp_path / "t" / "traces.json"
     p = _run(["stress", "--quick", "--only", "bursts", "--scale", "0.3", "--out", str(out), "--no-progress", "--no-plots",
               "--record-trace", str(traces), "--trace-runs", "3", "--trace-seed", "5"], tmp_path, timeout=140)
@@ -134,12 +135,21 @@ def test_stress_record_trace(tmp_path: Path, tlc):
     assert "VERDICT: PASS" in p.stdout
     assert "TRACE: PASS (3 traces" in p.stdout, p.stdout
     assert "all are behaviours of the spec" in p.stdout
+    assert "ring-level: PASS (3 traces" in p.stdout, p.stdout
+    assert "MessageQueue-level: PASS (2 traces" in p.stdout, p.stdout  # --quick: 2 runs
     recorded = json.loads(traces.read_text())
     assert len(recorded) == 3
     for tr in recorded:
         assert (tr["N"], tr["NR"], tr["M"]) == (2, 2, 4)
         actions = {s[0] for s in tr["steps"]}
         assert {"WriterClaim", "WriterPublish", "ReaderCopy", "ReaderAck"} <= actions
+    queue = json.loads((tmp_path / "t" / "traces.queue.json").read_text())
+    assert len(queue) == 2
+    for tr in queue:
+        assert (tr["N"], tr["NR"], tr["M"], tr["Big"]) == (2, 2, 3, [2])
+        actions = {s[0] for s in tr["steps"]}
+        # parking on the eventcount and the overflowing message, from the code's own step points
+        assert {"ParkSnapshot", "ParkAnnounce", "NotifyLoadWaiters", "WriterSendOverflow", "ReaderRecvOverflow"} <= actions
 
 
 def test_record_trace_rejects_a_bad_run_count(tmp_path: Path):

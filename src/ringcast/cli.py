@@ -46,13 +46,17 @@ def _add_stress(sub) -> None:
     p.add_argument(
         "--record-trace",
         metavar="FILE",
-        help="also run ring-level schedules on real processes, serialised by a global lock in the step hook, "
-        "write their traces to FILE (JSON) and check with TLC that each is a behaviour of spec/Ring.tla "
+        help="also run ring-level and MessageQueue-level schedules on real processes, serialised by a global "
+        "lock in the step hook, write their traces to FILE and FILE's .queue.json sibling (JSON) and check "
+        "with TLC that each is a behaviour of spec/Ring.tla "
         "(needs TLC: pip install 'ringcast[spec]'; docs/stress.md)",
     )
     p.add_argument("--trace-runs", type=int, default=None, metavar="N",
                    help="with --record-trace: number of recorded runs (default 20, --quick 5)")
-    p.add_argument("--trace-seed", type=int, default=0, metavar="S", help="with --record-trace: seed of the payload sizes")
+    p.add_argument("--queue-trace-runs", type=int, default=None, metavar="N",
+                   help="with --record-trace: number of recorded MessageQueue-level runs (default 3, --quick 2)")
+    p.add_argument("--trace-seed", type=int, default=0, metavar="S",
+                   help="with --record-trace: seed of the payload sizes and of the runs' random yields")
 
 
 def _add_bench(sub) -> None:
@@ -162,9 +166,10 @@ def _cmd_stress(args) -> int:
     if args.scale <= 0:
         print("ringcast stress: --scale must be > 0", file=sys.stderr)
         return 2
-    if args.trace_runs is not None and args.trace_runs < 1:
-        print("ringcast stress: --trace-runs must be >= 1", file=sys.stderr)
-        return 2
+    for flag, value in (("--trace-runs", args.trace_runs), ("--queue-trace-runs", args.queue_trace_runs)):
+        if value is not None and value < 1:
+            print(f"ringcast stress: {flag} must be >= 1", file=sys.stderr)
+            return 2
     if args.record_trace:
         from .trace.tracecheck import tlc_missing
 
@@ -187,33 +192,54 @@ def _cmd_stress(args) -> int:
 
 
 def _record_trace(args, progress) -> bool:
-    """``--record-trace``: serialised ring-level runs (ringcast.trace.serial), their traces written
-    to the file and validated by TLC; prints ``TRACE: PASS`` or ``TRACE: FAIL``."""
+    """``--record-trace``: serialised ring-level runs (ringcast.trace.serial) and MessageQueue-level
+    runs (ringcast.trace.queue_serial), their traces written to FILE and FILE's ``.queue.json``
+    sibling and validated by TLC; prints a line per level, then ``TRACE: PASS`` (both pass) or
+    ``TRACE: FAIL``."""
     import json
     from pathlib import Path
 
+    from .trace.queue_serial import record_queue_runs
     from .trace.serial import RecordError, record_runs
-    from .trace.tracecheck import validate
+    from .trace.tracecheck import validate, validate_queue
 
     n = args.trace_runs if args.trace_runs is not None else (5 if args.quick else 20)
-    progress.line(f"ringcast stress: recording {n} serialised ring-level run(s) for trace validation")
-    t0 = time.monotonic()
-    try:
-        traces = record_runs(n, seed=args.trace_seed)
-    except RecordError as e:
-        print(f"TRACE: FAIL (a recorded run failed its checks)\n{e}")
-        return False
+    nq = args.queue_trace_runs if args.queue_trace_runs is not None else (2 if args.quick else 3)
     out = Path(args.record_trace)
+    qout = out.with_name(out.stem + ".queue.json")
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(traces))
-    results = validate(traces)
-    ok = all(r.ok for r in results)
-    steps = sum(len(t["steps"]) for t in traces)
-    for r in results:
-        print(r.summary())
-    print(f"TRACE: {'PASS' if ok else 'FAIL'} ({len(traces)} traces, {steps} steps, {time.monotonic() - t0:.1f}s; "
-          f"TLC checked them against spec/Ring.tla) traces: {out}")
+    t0 = time.monotonic()
+    levels = []  # (verdict line, ok)
+    for level, count, record, check, path, against in (
+        ("ring-level", n, lambda: record_runs(n, seed=args.trace_seed), validate, out, "spec/Ring.tla"),
+        ("MessageQueue-level", nq, lambda: record_queue_runs(nq, seed=args.trace_seed), validate_queue, qout,
+         "spec/Ring.tla through spec/trace/TraceQueue.tla"),
+    ):
+        progress.line(f"ringcast stress: recording {count} serialised {level} run(s) for trace validation")
+        t = time.monotonic()
+        try:
+            traces = record()
+        except RecordError as e:
+            print(f"{level}: FAIL (a recorded run failed its checks)\n{e}")
+            levels.append(False)
+            continue
+        path.write_text(json.dumps(traces))
+        results = check(traces)
+        for r in results:
+            print(r.summary())
+        ok = all(r.ok for r in results)
+        steps = [s[0] for tr in traces for s in tr["steps"]]
+        extra = ""
+        if level == "MessageQueue-level":
+            extra = (f", {steps.count('ParkSleep')} futex sleeps, {steps.count('NotifyWake')} wakes, "
+                     f"{steps.count('WriterSendOverflow')} overflow sends")
+        print(f"{level}: {'PASS' if ok else 'FAIL'} ({len(traces)} traces, {len(steps)} steps{extra}, "
+              f"{time.monotonic() - t:.1f}s; TLC checked them against {against}) traces: {path}")
+        levels.append(ok)
+    ok = all(levels)
+    print(f"TRACE: {'PASS' if ok else 'FAIL'} ({n} traces ring-level, {nq} MessageQueue-level, "
+          f"{time.monotonic() - t0:.1f}s) traces: {out}, {qout}")
     return ok
 
 

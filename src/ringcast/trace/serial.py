@@ -101,7 +101,7 @@ class _Stepper:
             os.sched_yield()
 
 
-def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, conn, seed: int, timeout: float) -> None:
+def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, seed: int, timeout: float, conn) -> None:
     from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
     from ringcast.ring import ShmRingBuffer
     from ringcast.steps import set_step_hook
@@ -131,16 +131,22 @@ def _child(handle, p: int, NR: int, sizes: list[int], lock, counter, conn, seed:
         st.finish()
         conn.send(("done",))
     except BaseException:  # noqa: BLE001 - reported to the parent
-        if st.held is not None:
-            st.held = None
-            lock.release()
-        conn.send(("error", traceback.format_exc()))
+        report_failure(st, lock, conn)
     finally:
         set_step_hook(None)
         if rd is not None:
             rd.release()
         ring.close()
         conn.close()
+
+
+def report_failure(stepper, lock, conn) -> None:
+    """In a child's ``except``: release the global lock if its stepper holds it (so that the other
+    processes go on until the parent stops them) and send the traceback to the parent."""
+    if stepper.held is not None:
+        stepper.held = None
+        lock.release()
+    conn.send(("error", traceback.format_exc()))
 
 
 def _replay(records: list, N: int, NR: int, M: int, label: str) -> dict:
@@ -177,6 +183,63 @@ def _replay(records: list, N: int, NR: int, M: int, label: str) -> dict:
     return {"N": N, "NR": NR, "M": M, "writer": "correct", "reader": "correct", "steps": steps, "label": label}
 
 
+def spawn(target, args: tuple, name: str):
+    """Start ``target(*args, conn)`` in a spawned daemon process; returns (process, parent's conn)."""
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=target, args=(*args, child), daemon=True, name=name)
+    proc.start()
+    child.close()
+    return proc, parent
+
+
+def expect(conn, kind: str, label: str, deadline: float):
+    """The next message from ``conn``, which must be of ``kind`` (RecordError otherwise)."""
+    if not conn.poll(max(0.0, deadline - time.monotonic())):
+        raise RecordError(f"{label}: a process did not report {kind!r} in time")
+    try:
+        msg = conn.recv()
+    except EOFError:
+        raise RecordError(f"{label}: a process died before reporting {kind!r}") from None
+    if msg[0] != kind:
+        raise RecordError(f"{label}: {msg[1] if len(msg) > 1 else msg}")
+    return msg
+
+
+def collect(conns: list, label: str, deadline: float) -> list:
+    """Gather every process's ("step", seq, ...) records until each reports ("done",); returns the
+    records (without the tag) in counter order, checked to be one sequence 0, 1, 2, ..."""
+    records: list = []
+    live = list(conns)
+    while live:
+        ready = _wait(live, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise RecordError(f"{label}: not finished in time ({len(records)} steps recorded)")
+        for c in ready:
+            try:
+                msg = c.recv()
+            except EOFError:
+                raise RecordError(f"{label}: a process died") from None
+            if msg[0] == "step":
+                records.append(msg[1:])
+            elif msg[0] == "done":
+                live.remove(c)
+            else:
+                raise RecordError(f"{label}: process {conns.index(c)} raised:\n{msg[1]}")
+    records.sort(key=lambda rec: rec[0])
+    if [rec[0] for rec in records] != list(range(len(records))):
+        raise RecordError(f"{label}: step records are not a single sequence")
+    return records
+
+
+def stop(procs: list, conns: list) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+    for c in conns:
+        c.close()
+
+
 def record_run(*, N: int = 2, NR: int = 2, sizes: list[int], seed: int = 0, timeout: float = 60.0) -> dict:
     """One serialised run (message m has body size ``sizes[m-1]``); returns its checked trace."""
     from ringcast.ring import ShmRingBuffer
@@ -186,56 +249,23 @@ def record_run(*, N: int = 2, NR: int = 2, sizes: list[int], seed: int = 0, time
     lock = CTX.Lock()
     counter = CTX.Value("q", 0, lock=False)  # written only under `lock`
     procs, conns = [], []
-    records: list = []
     label = f"serialised run seed={seed} N={N} NR={NR} sizes={sizes}"
     try:
         for p in range(NR + 1):
-            parent, child = CTX.Pipe()
-            proc = CTX.Process(target=_child, args=(ring.handle(), p, NR, sizes, lock, counter, child, seed * 1009 + p, timeout),
-                               daemon=True, name=f"ringcast-trace-{p}")
-            proc.start()
-            child.close()
+            proc, conn = spawn(_child, (ring.handle(), p, NR, sizes, lock, counter, seed * 1009 + p, timeout), f"ringcast-trace-{p}")
             procs.append(proc)
-            conns.append(parent)
+            conns.append(conn)
         deadline = time.monotonic() + timeout
         for c in conns:
-            if not c.poll(max(0.0, deadline - time.monotonic())):
-                raise RecordError(f"{label}: a process did not attach within {timeout}s")
-            msg = c.recv()
-            if msg[0] != "attached":
-                raise RecordError(f"{label}: {msg[1] if len(msg) > 1 else msg}")
+            expect(c, "attached", label, deadline)
         ring.unlink()  # everyone has attached: nothing can leak
         for c in conns:
             c.send(("go",))
-        live = list(conns)
-        while live:
-            left = deadline - time.monotonic()
-            ready = _wait(live, timeout=max(0.0, left))
-            if not ready:
-                raise RecordError(f"{label}: not finished within {timeout}s ({len(records)} steps recorded)")
-            for c in ready:
-                try:
-                    msg = c.recv()
-                except EOFError:
-                    raise RecordError(f"{label}: a process died") from None
-                if msg[0] == "step":
-                    records.append(msg[1:])
-                elif msg[0] == "done":
-                    live.remove(c)
-                else:
-                    raise RecordError(f"{label}: process {conns.index(c)} raised:\n{msg[1]}")
+        records = collect(conns, label, deadline)
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5)
-        for c in conns:
-            c.close()
+        stop(procs, conns)
         ring.unlink()
         ring.close()
-    records.sort(key=lambda rec: rec[0])
-    if [rec[0] for rec in records] != list(range(len(records))):
-        raise RecordError(f"{label}: step records are not a single sequence")
     return _replay(records, N, NR, M, label)
 
 
