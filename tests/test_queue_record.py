@@ -53,3 +53,11 @@ def test_a_trace_with_one_step_dropped_is_rejected(recorded, tlc, tmp_path, acti
     res = check_queue_trace(bad, tmp_path)
     assert not res.ok and "No error has been found" in res.output, res.output[-3000:]
     assert "no behaviour of the spec matches the whole trace" in res.summary()
+
+
+def test_queue_trace_runs_must_be_positive(tmp_path, capsys):
+    from ringcast.cli import main
+
+    rc = main(["stress", "--quick", "--out", str(tmp_path / "out"), "--record-trace", str(tmp_path / "t.json"),
+               "--queue-trace-runs", "0"])
+    assert rc == 2 and "--queue-trace-runs must be >= 1" in capsys.readouterr().err
