@@ -22,6 +22,10 @@ The parent replays the records, in counter order, through :class:`ringcast.trace
 spec's, copies must return the spec's data, and NoDataRace, NoOverwrite, InOrder and Cursors must
 hold; every reader must deliver 1..M. The result is a trace in the form
 :func:`ringcast.trace.tracecheck.validate` takes.
+
+The process plumbing (:func:`spawn`, :func:`expect`, :func:`collect`, :func:`stop`,
+:func:`report_failure`) is shared with the MessageQueue-level recorder
+(:mod:`ringcast.trace.queue_serial`).
 """
 
 from __future__ import annotations
