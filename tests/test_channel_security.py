@@ -359,32 +359,34 @@ r.close()
 
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not _can_unshare_mount(), reason="needs root and unshare to give a reader its own mount namespace")
-def test_local_reader_in_its_own_mount_namespace_reaches_the_socket():
+def test_local_reader_in_its_own_mount_namespace_reaches_the_socket(short_dir, monkeypatch):
     """A reader in the writer's PID namespace (so it maps the memfd segment: a local reader) but
-    with its own /tmp, where the socket's path names nothing, reaches the socket through
-    /proc/<writer pid>/root and receives every message, the overflowing ones included."""
+    with its own mount namespace, where a tmpfs hides the socket's directory, reaches the socket
+    through /proc/<writer pid>/root and receives every message, the overflowing ones included."""
     import base64
     import pickle
 
+    monkeypatch.setenv("XDG_RUNTIME_DIR", short_dir)  # the socket goes there, away from the interpreter
     w = MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2)
-    proc = None
     try:
         path = _path(w.export_handle().local_subscribe_addr)
-        base = os.path.dirname(os.path.dirname(path))
-        script = f"mount -t tmpfs tmpfs {base} && exec {sys.executable} -c \"$0\" \"$@\""
-        proc = subprocess.Popen(["unshare", "--mount", "sh", "-c", script, _MOUNT_NS_READER, path, str(len(MESSAGES)), repr(MESSAGES)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        proc.stdin.write(base64.b64encode(pickle.dumps(w.export_handle())).decode() + "\n")
-        proc.stdin.flush()
-        w.wait_until_ready(30)
-        for m in MESSAGES:
-            w.enqueue(m, timeout=20)
-        out, err = proc.communicate(timeout=60)
+        assert os.path.dirname(os.path.dirname(path)) == short_dir
+        script = f"mount -t tmpfs tmpfs {short_dir} && exec {sys.executable} -c \"$0\" \"$@\""
+        cmd = ["unshare", "--mount", "sh", "-c", script, _MOUNT_NS_READER, path, str(len(MESSAGES)), repr(MESSAGES)]
+        with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                proc.stdin.write(base64.b64encode(pickle.dumps(w.export_handle())).decode() + "\n")
+                proc.stdin.flush()
+                w.wait_until_ready(30)
+                for m in MESSAGES:
+                    w.enqueue(m, timeout=20)
+                out, err = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=10)
         assert proc.returncode == 0, err
         assert "SEES False" in out and "GOT True" in out, out + err
         assert w.statistics().overflows == sum(len(m["pad"]) > MCB for m in MESSAGES)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
         w.close()
