@@ -21,11 +21,14 @@ np = pytest.importorskip("numpy")
 MiB = 1 << 20
 
 
-def _queue(n_local=1, **kw):
+def _queue(n_local=1, n_reader=None, **kw):
+    """A writer with a tensor arena and its readers (ranks 0..n_reader-1; the first n_local local),
+    READY handshake done."""
     kw.setdefault("tensor_arena_bytes", 8 * MiB)
     kw.setdefault("tensor_arena_slots", 4)
-    w = MessageQueue(n_local, n_local, **kw)
-    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(n_local)]
+    n_reader = n_local if n_reader is None else n_reader
+    w = MessageQueue(n_reader, n_local, **kw)
+    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(n_reader)]
     ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in rs]
     for t in ts:
         t.start()
@@ -224,15 +227,7 @@ def test_a_64_mib_tensor_is_a_view_not_a_private_copy():
 def test_overflowing_message_and_remote_reader_get_the_bytes():
     """A message whose pickle alone overflows the chunk takes the overflow path whole (no slot);
     a remote reader of an arena queue gets every buffer over TCP."""
-    w = MessageQueue(2, 1, max_chunk_bytes=64 * 1024, tensor_arena_bytes=8 * MiB, tensor_arena_slots=4,
-                     connect_ip="127.0.0.1")
-    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(2)]
-    ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in rs]
-    for t in ts:
-        t.start()
-    w.wait_until_ready(30)
-    for t in ts:
-        t.join(30)
+    w, rs = _queue(1, n_reader=2, max_chunk_bytes=64 * 1024, connect_ip="127.0.0.1")
     try:
         msgs = [{"a": np.full(MiB, 1, dtype=np.uint8), "b": b"x" * 100_000},  # pickle > chunk: overflow
                 {"a": np.full(MiB, 2, dtype=np.uint8), "b": b"y" * 100}]  # the array in a slot
