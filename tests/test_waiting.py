@@ -241,8 +241,10 @@ def test_reader_long_wait_names_role_rank_pid_slot_and_flags(caplog):
         w.wait_until_ready(10)
         t.join()
         with caplog.at_level(logging.WARNING, logger="ringcast"):
+            # 40 warn intervals: the first long-wait log needs the reader to run once after 0.05 s,
+            # which a loaded 2-core machine may delay by far more than 0.15 s
             with pytest.raises(TimeoutError, match=r"local reader 0 \(rank 5\) timed out after .* waiting for slot 0 \(flags 0000\)"):
-                r.dequeue(timeout=0.2)
+                r.dequeue(timeout=2.0)
         assert f"ringcast local reader 0 (rank 5) (pid {os.getpid()}) still waiting after" in caplog.text
         assert "slot 0 flags 0000" in caplog.text
     finally:
