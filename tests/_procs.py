@@ -5,9 +5,29 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue as _queue
+import shutil
+import subprocess
+import sys
 import traceback
 
 CTX = mp.get_context("spawn")
+
+
+def can_mount_small_shm() -> bool:
+    """Whether this process may give a child a private mount namespace with its own small
+    /dev/shm (root and util-linux's unshare)."""
+    if not shutil.which("unshare"):
+        return False
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True)
+    return r.returncode == 0
+
+
+def python_under_small_shm(size: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``python *args`` in a private mount namespace whose /dev/shm is a fresh tmpfs of
+    ``size`` (e.g. "1m", "64m"); text output captured, killed after ``timeout`` seconds."""
+    mount = f"mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$0\" \"$@\""
+    return subprocess.run(["unshare", "--mount", "sh", "-c", mount, sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def _trampoline(results, key, fn, args):

@@ -22,7 +22,7 @@ from ringcast import headroom as headroom_mod
 from ringcast import shm
 from ringcast.shm import Locator, Segment, can_attach, check_attach
 
-from _procs import Children
+from _procs import Children, can_mount_small_shm, python_under_small_shm
 
 pytestmark = pytest.mark.skipif(not shm.memfd_available(), reason="needs Linux memfd_create with sealing and /proc")
 
@@ -452,14 +452,8 @@ def test_memory_cgroup_discovery(tmp_path):
     assert what == f"memory cgroup {v1} has 10.0 MiB left (memory.limit_in_bytes 100.0 MiB, memory.usage_in_bytes 90.0 MiB)"
 
 
-def _can_mount_shm() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    return subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True).returncode == 0
-
-
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not _can_mount_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
+@pytest.mark.skipif(not can_mount_small_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
 def test_160_mib_memfd_segment_under_a_64_mb_dev_shm():
     code = textwrap.dedent(
         """
@@ -479,12 +473,7 @@ def test_160_mib_memfd_segment_under_a_64_mb_dev_shm():
         print("LEFT", sorted(os.listdir("/dev/shm")))
         """
     )
-    r = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} -c '{code}'"],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    r = python_under_small_shm("64m", ["-c", code], timeout=100)
     assert r.returncode == 0, r.stderr
     assert f"SHM {64 << 20}" in r.stdout
     assert f"MEMFD memfd 42 7 {160 << 20}" in r.stdout
@@ -523,16 +512,11 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(not _can_mount_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
+@pytest.mark.skipif(not can_mount_small_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
 def test_queue_of_160_mib_with_3_readers_under_a_64_mb_dev_shm(tmp_path):
     script = tmp_path / "queue_under_small_shm.py"
     script.write_text(_QUEUE_UNDER_SMALL_SHM.format(tests=os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} {script}"],
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
+    r = python_under_small_shm("64m", [str(script)], timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "KIND memfd" in r.stdout and "OK True" in r.stdout and "LEFT []" in r.stdout
 

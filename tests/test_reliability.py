@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import gc
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from ringcast import (
 from ringcast import shm as shm_mod
 
 import _workers
-from _procs import CTX, Children
+from _procs import CTX, Children, can_mount_small_shm, python_under_small_shm
 from test_queue import Group
 
 
@@ -184,15 +183,8 @@ def test_segment_name_is_unlinked_after_handshake():
 # -- resource faults ----------------------------------------------------------------------------
 
 
-def _can_mount_small_shm() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    r = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True)
-    return r.returncode == 0
-
-
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(not _can_mount_small_shm(), reason="needs root and unshare to mount a 1 MiB /dev/shm")
+@pytest.mark.skipif(not can_mount_small_shm(), reason="needs root and unshare to mount a 1 MiB /dev/shm")
 def test_small_dev_shm_fails_at_creation_never_sigbus():
     code = textwrap.dedent(
         """
@@ -211,12 +203,7 @@ def test_small_dev_shm_fails_at_creation_never_sigbus():
         print("LEFT", [n for n in os.listdir("/dev/shm")])
         """
     )
-    r = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {sys.executable} -c '{code}'"],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
+    r = python_under_small_shm("1m", ["-c", code], timeout=50)
     assert r.returncode == 0, r.stderr
     assert "cannot create a 2.0 MiB shared-memory segment: /dev/shm has 1.0 MiB free" in r.stdout.split("CHECK", 1)[1]
     assert "--shm-size" in r.stdout
