@@ -7,7 +7,6 @@ editable install alike. Nothing here imports anything: use :func:`path`.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.resources
 from pathlib import Path
 
@@ -21,13 +20,11 @@ def path(folder: str) -> Path:
     if folder not in ("spec", "stress", "tools"):
         raise ValueError(f"unknown bundled folder {folder!r}: expected 'spec', 'stress' or 'tools'")
     try:
-        files = importlib.resources.files(f"{__name__}.{folder}")
+        p = Path(str(importlib.resources.files(f"{__name__}.{folder}")))
     except ModuleNotFoundError:
-        files = None
-    with contextlib.suppress(TypeError, AttributeError):
-        p = Path(str(files)) if files is not None else None
-        if p is not None and p.is_dir():
-            return p
+        p = None
+    if p is not None and p.is_dir():
+        return p
     raise FileNotFoundError(
         f"ringcast's {folder}/ folder is not installed with the package ({__name__}.{folder}); "
         "reinstall ringcast from a wheel or a checkout (pip install ringcast / pip install -e .)")

@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,14 +283,22 @@ def validate_queue(traces: list[dict], *, timeout: float = 300, workers: int = 1
     """Check every MessageQueue-level trace (one TLC run each: TraceQueue checks one trace)."""
     results = []
     for n, tr in enumerate(traces, start=1):
-        if keep:
-            wd = Path(keep) / f"queue_{n}"
-            wd.mkdir(parents=True, exist_ok=True)
+        with _workdir(keep, f"queue_{n}") as wd:
             results.append(check_queue_trace(tr, wd, timeout=timeout, workers=workers))
-        else:
-            with tempfile.TemporaryDirectory(prefix="ringcast-qtrace-") as d:
-                results.append(check_queue_trace(tr, Path(d), timeout=timeout, workers=workers))
     return results
+
+
+@contextmanager
+def _workdir(keep: str | None, name: str):
+    """Where one TLC run writes its modules: ``keep/name`` (left for debugging), else a temporary
+    directory removed afterwards."""
+    if keep:
+        wd = Path(keep) / name
+        wd.mkdir(parents=True, exist_ok=True)
+        yield wd
+    else:
+        with tempfile.TemporaryDirectory(prefix="ringcast-trace-") as d:
+            yield Path(d)
 
 
 def group_key(tr: dict) -> tuple:
@@ -304,13 +313,8 @@ def validate(traces: list[dict], *, timeout: float = 600, workers: int = 1, keep
         groups.setdefault(group_key(tr), []).append(tr)
     results = []
     for key, trs in sorted(groups.items()):
-        if keep:
-            wd = Path(keep) / "_".join(map(str, key))
-            wd.mkdir(parents=True, exist_ok=True)
+        with _workdir(keep, "_".join(map(str, key))) as wd:
             results.append(_run_tlc(trs, key, wd, timeout, workers))
-        else:
-            with tempfile.TemporaryDirectory(prefix="ringcast-trace-") as d:
-                results.append(_run_tlc(trs, key, Path(d), timeout, workers))
     return results
 
 
