@@ -134,15 +134,16 @@ def test_no_import_cycles():
 
 
 def test_layers_point_down():
-    """The bottom layers import nothing above them (steps, layout, atomics, shm, ring, waiting,
-    endpoint: no ZeroMQ, no pickling, no queue, no torch)."""
+    """The bottom layers import nothing above them (steps, layout, atomics, identity, shm, ring,
+    waiting, endpoint: no ZeroMQ, no pickling, no queue, no torch)."""
     g = _graph()
-    below_queue = ["ringcast.steps", "ringcast.layout", "ringcast.atomics", "ringcast.shm", "ringcast.ring",
-                   "ringcast.waiting", "ringcast.endpoint"]
+    below_queue = ["ringcast.steps", "ringcast.layout", "ringcast.atomics", "ringcast.identity", "ringcast.shm",
+                   "ringcast.ring", "ringcast.waiting", "ringcast.endpoint"]
     for m in below_queue:
         assert not (g[m] & {"ringcast.queue", "ringcast.framing", "ringcast.channel", "ringcast.handshake",
                             "ringcast.roles", "ringcast.torch", "ringcast.groups"}), (m, g[m])
     assert g["ringcast.steps"] == set(), g["ringcast.steps"]
+    assert g["ringcast.identity"] == set(), g["ringcast.identity"]
 
 
 def test_modules_are_not_too_long():

@@ -7,7 +7,8 @@ import cycle exists, imports inside functions included):
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
 * :mod:`ringcast.atomics` - fence, 32-bit atomics and futex (C extension; lock fallback on x86).
-* :mod:`ringcast.shm` - creating/attaching shared memory segments; process identity.
+* :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
+* :mod:`ringcast.shm` - creating/attaching shared memory segments.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the atomic protocol steps (``RingWriter``,
   ``RingReader``), one method per TLA+ action of spec/Ring.tla.
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).

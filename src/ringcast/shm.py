@@ -1,4 +1,4 @@
-"""Shared-memory segments (anonymous memfd or named POSIX) and process identity.
+"""Shared-memory segments: anonymous memfd or named POSIX (process identity is :mod:`.identity`).
 
 ``Segment.create(size, kind=...)`` makes one of two kinds; the :class:`Locator` names the kind:
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from .errors import HandleError, ShmSpaceError
 from .headroom import fmt_bytes, memory_error, memory_headroom
+from .identity import creator_problem, process_alive, process_start_time
 
 try:
     import _posixshmem
@@ -384,7 +385,7 @@ def _open_checked(loc: Locator) -> int:
             raise HandleError(f"shared-memory segment {loc.name!r} is {what}: not the writer's ringcast segment")
         return fd
     where = f"memfd segment fd {loc.fd} of pid {loc.pid}"
-    problem = _creator_problem(loc.pid, loc.start)
+    problem = creator_problem(loc.pid, loc.start)
     if problem:
         raise HandleError(f"cannot attach to {where}: {problem}; a reader needs a handle from a live writer on this host")
     path = f"/proc/{loc.pid}/fd/{loc.fd}"
@@ -446,65 +447,3 @@ def can_attach(locator: "Locator | str") -> bool:
     except HandleError:
         return False
     return True
-
-
-# -- process identity ---------------------------------------------------------------------------
-# A pid alone is not an identity: pids are reused, and a SIGKILLed child that its parent has not
-# reaped yet is a zombie that kill(pid, 0) still reports as alive. We record (pid, start time in
-# clock ticks since boot, field 22 of /proc/PID/stat) and call a process alive only if that pid
-# exists, is not a zombie, and started at the recorded time. Where /proc is missing, start time 0
-# means "unknown" and we fall back to kill(pid, 0).
-# Caveat: this assumes writer and readers share a PID namespace (true for processes of one
-# container or one host; not across containers that share only /dev/shm).
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    rest = data[data.rindex(b")") + 2 :].split()
-    return rest[0].decode(), int(rest[19])
-
-
-def process_start_time(pid: int | None = None) -> int:
-    st = _proc_stat(os.getpid() if pid is None else pid)
-    return 0 if st is None else st[1]
-
-
-def process_alive(pid: int, start: int) -> bool:
-    if pid <= 0:
-        return False
-    st = _proc_stat(pid)
-    if st is None:
-        if os.path.isdir("/proc/self"):
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    state, started = st
-    if state in ("Z", "X", "x"):
-        return False
-    return start == 0 or started == start
-
-
-def _creator_problem(pid: int, start: int) -> str | None:
-    """Why process ``(pid, start)`` cannot be a segment's live creator, or None if it can."""
-    st = _proc_stat(pid)
-    if st is None:
-        return f"no process {pid} runs in this PID namespace (the creator exited, or runs in another container)"
-    state, started = st
-    if state in ("Z", "X", "x"):
-        return f"process {pid} has exited"
-    if start and started != start:
-        return (
-            f"pid {pid} now belongs to another process (started at clock tick {started}, the creator at "
-            f"{start}): the creator exited and its pid was reused"
-        )
-    return None
