@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ringcast import Cancelled, DeadReaderError, DeadWriterError, MessageQueue
+from ringcast import Cancelled, DeadReaderError, DeadWriterError, MessageQueue, steps, waiting
 from ringcast.waiting import EventCount, WaitPolicy
 
 import _workers
@@ -48,6 +48,38 @@ class DroppingEventCount(EventCount):
         super()._notify_wake(side, index)
 
 
+#: A recheck interval no test outlives: a waiter parked with it wakes only when notified (or at its
+#: timeout), so a verdict cannot depend on whether a capped sleep happened to run out first.
+_FOREVER = 3600.0
+
+
+class FakeClock:
+    """ringcast.waiting's time source, test-side (installed by the ``fake_clock`` fixture): time
+    stands still except when a waiter parks, and each park (the ParkSleep step) counts as one
+    second of waiting, however long the real, ``recheck_interval``-capped sleep took. So what a
+    waiter does after N parks (log a long wait, time out) does not depend on scheduling or load."""
+
+    sleep = staticmethod(time.sleep)
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def hook(self, action, side, index, reader) -> None:
+        if action == "ParkSleep":
+            self.now += 1.0
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(waiting, "time", clock)  # waiting.py reads the clock as time.monotonic()
+    monkeypatch.setattr(steps, "hook", clock.hook)
+    return clock
+
+
 def _wait_until(cond, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -74,8 +106,15 @@ def test_idle_reader_uses_almost_no_cpu():
 
 
 @pytest.mark.timeout(60)
-def test_idle_busy_transitions_deliver_everything():
-    g = Group(n_reader=2, mcb=128, chunks=2, recheck_interval=0.5)
+def test_idle_busy_transitions_deliver_everything(monkeypatch):
+    g = Group(n_reader=2, mcb=128, chunks=2, recheck_interval=_FOREVER)
+    parked = set()  # the local readers between ParkSleep and ParkRetire
+
+    def track_parked(action, side, index, reader):
+        if side != "writer" and action in ("ParkSleep", "ParkRetire"):
+            (parked.add if action == "ParkSleep" else parked.discard)(side)
+
+    monkeypatch.setattr(steps, "hook", track_parked)
     try:
         got = {0: [], 1: []}
         expected = list(range(300))
@@ -88,50 +127,55 @@ def test_idle_busy_transitions_deliver_everything():
         for t in ts:
             t.start()
         for burst in range(3):
+            _wait_until(lambda: parked == {0, 1}, what="both readers parked")  # the idle gap before each burst
             for i in range(100):
                 g.w.enqueue(burst * 100 + i, timeout=20)
             _wait_until(lambda: all(len(v) == (burst + 1) * 100 for v in got.values()), what="burst delivered")
-            time.sleep(0.05)  # idle gap: readers go from spinning to parked
         for t in ts:
             t.join(20)
         assert got[0] == expected and got[1] == expected
-        assert all(r.statistics().parks > 0 for r in g.rs)
-        assert all(r.statistics().recheck_hits == 0 for r in g.rs)
+        # no recheck cap to lean on (_FOREVER): a lost wake-up would have stalled a side until its timeout
+        assert all(q.statistics().recheck_hits == 0 for q in [g.w, *g.rs])
     finally:
         g.close()
 
 
 @pytest.mark.timeout(30)
-def test_dropped_notification_is_recovered_by_the_recheck():
+def test_dropped_notification_is_recovered_by_the_recheck(monkeypatch):
     g = Group(n_reader=1, spin=0.0, recheck_interval=0.05)
     try:
         r = g.rs[0]
-        t, box = _run_thread(lambda: r.dequeue(timeout=10))
-        _wait_until(lambda: r.statistics().parks >= 1, what="reader parked")
         ep = g.w._endpoint
         ep.notifies = dropping = DroppingEventCount(ep.notifies, 1)  # fault injection: lose the next wake-up
-        g.w.enqueue("lost wake-up")
-        t.join(10)
-        assert box == {"value": "lost wake-up"}
+        published = []
+
+        def publish_while_parking(action, side, index, reader):
+            # the writer publishes and notifies between the reader's ParkAnnounce and its sleep:
+            # it sees the waiter, so only the recheck cap can save the dropped wake-up
+            if action == "ParkSleep" and side == 0 and not published:
+                published.append(index)
+                g.w.enqueue("lost wake-up")
+
+        monkeypatch.setattr(steps, "hook", publish_while_parking)
+        assert r.dequeue(timeout=10) == "lost wake-up"
+        assert published == [0] and dropping.drop == 0  # the drop did happen, to a parked reader
         assert r.statistics().recheck_hits == 1
-        assert dropping.drop == 0  # the drop did happen
     finally:
         g.close()
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("spin", [0.0, 30.0], ids=["parked", "spinning"])
+@pytest.mark.parametrize("spin", [0.0, _FOREVER], ids=["parked", "spinning"])
 def test_shutdown_wakes_a_waiting_reader(spin):
-    g = Group(n_reader=1, spin=spin, recheck_interval=10.0)
+    # never woken by a recheck or the end of its spin: only shutdown() can end the wait
+    g = Group(n_reader=1, spin=spin, recheck_interval=_FOREVER)
     try:
         r = g.rs[0]
         t, box = _run_thread(lambda: r.dequeue())
         _wait_until(lambda: r.statistics().waits >= 1 and (spin > 0 or r.statistics().parks >= 1), what="reader waiting")
-        t0 = time.monotonic()
         r.shutdown()
-        t.join(5)
+        t.join(20)
         assert not t.is_alive() and isinstance(box.get("error"), Cancelled)
-        assert time.monotonic() - t0 < 2.0
         with pytest.raises(Cancelled):
             r.dequeue(timeout=1)
     finally:
@@ -140,14 +184,14 @@ def test_shutdown_wakes_a_waiting_reader(spin):
 
 @pytest.mark.timeout(30)
 def test_shutdown_wakes_a_writer_blocked_on_a_full_ring():
-    g = Group(n_reader=1, chunks=1, spin=0.0, recheck_interval=10.0)
+    g = Group(n_reader=1, chunks=1, spin=0.0, recheck_interval=_FOREVER)
     try:
         g.w.enqueue(1)
         t, box = _run_thread(lambda: g.w.enqueue(2))
         _wait_until(lambda: g.w.statistics().parks >= 1, what="writer parked")
         g.w.shutdown()
-        t.join(5)
-        assert isinstance(box.get("error"), Cancelled)
+        t.join(20)
+        assert not t.is_alive() and isinstance(box.get("error"), Cancelled)
     finally:
         g.close()
 
@@ -196,16 +240,23 @@ def test_reader_raises_when_the_writer_died():
             r.close()
 
 
-def test_long_wait_is_logged_with_the_details(caplog):
-    g = Group(n_reader=2, chunks=1, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
+def _long_waits(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "still waiting" in r.getMessage()]
+
+
+def test_long_wait_is_logged_with_the_details(caplog, fake_clock):
+    # fake time: one second per park (each really ~5 ms); logged after 4, 8 and 12 s, timed out at 16 s
+    g = Group(n_reader=2, chunks=1, spin=0.0, recheck_interval=0.005, warn_interval=4.0)
     try:
         g.w.enqueue("x")
         g.rs[0].dequeue(timeout=5)
         with caplog.at_level(logging.WARNING, logger="ringcast"):
-            with pytest.raises(TimeoutError):
-                g.w.enqueue("y", timeout=0.2)
+            with pytest.raises(TimeoutError, match=r"writer timed out after 16\.000s"):
+                g.w.enqueue("y", timeout=16.0)
+        logged = _long_waits(caplog)
+        assert [m.split(": ")[0] for m in logged] == [
+            f"ringcast writer (pid {os.getpid()}) still waiting after {t}.0s" for t in (4, 8, 12)]
         text = caplog.text
-        assert f"writer (pid {os.getpid()}) still waiting" in text
         assert "slot 0 flags 010100" in text  # written, reader 0 read, reader 1 not
         assert "not yet read by local readers [1]" in text
         assert "shared memory" not in text.lower().replace("shared-memory", "")
@@ -220,33 +271,35 @@ def test_spin_budget_is_validated(bad):
 
 
 def test_spin_zero_parks_at_once():
-    g = Group(n_reader=1, spin=0.0)
+    # parked for good once parks >= 1 (announced, no recheck cycle): the writer's notify sees it
+    g = Group(n_reader=1, spin=0.0, recheck_interval=_FOREVER)
     try:
         t, box = _run_thread(lambda: g.rs[0].dequeue(timeout=10))
         _wait_until(lambda: g.rs[0].statistics().parks >= 1, what="park")
         g.w.enqueue(5)
         t.join(10)
         assert box == {"value": 5} and g.rs[0].statistics().spins == 0
+        assert g.rs[0].statistics().parks == 1  # one kernel sleep for the whole wait
         assert g.w.statistics().wakeups == 1
     finally:
         g.close()
 
 
-def test_reader_long_wait_names_role_rank_pid_slot_and_flags(caplog):
-    w = MessageQueue(1, 1, local_reader_ranks=[5], max_chunk_bytes=64, max_chunks=2, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
-    r = MessageQueue.create_from_handle(w.export_handle(), 5, spin=0.0, recheck_interval=0.01, warn_interval=0.05)
+def test_reader_long_wait_names_role_rank_pid_slot_and_flags(caplog, fake_clock):
+    # fake time as above: logged after 5 s, timed out at 6 s
+    kw = dict(spin=0.0, recheck_interval=0.005, warn_interval=5.0)
+    w = MessageQueue(1, 1, local_reader_ranks=[5], max_chunk_bytes=64, max_chunks=2, **kw)
+    r = MessageQueue.create_from_handle(w.export_handle(), 5, **kw)
     try:
         t = threading.Thread(target=r.wait_until_ready, args=(10,))
         t.start()
         w.wait_until_ready(10)
         t.join()
         with caplog.at_level(logging.WARNING, logger="ringcast"):
-            # 40 warn intervals: the first long-wait log needs the reader to run once after 0.05 s,
-            # which a loaded 2-core machine may delay by far more than 0.15 s
-            with pytest.raises(TimeoutError, match=r"local reader 0 \(rank 5\) timed out after .* waiting for slot 0 \(flags 0000\)"):
-                r.dequeue(timeout=2.0)
-        assert f"ringcast local reader 0 (rank 5) (pid {os.getpid()}) still waiting after" in caplog.text
-        assert "slot 0 flags 0000" in caplog.text
+            with pytest.raises(TimeoutError, match=r"local reader 0 \(rank 5\) timed out after 6\.000s waiting for slot 0 \(flags 0000\)"):
+                r.dequeue(timeout=6.0)
+        assert _long_waits(caplog) == [
+            f"ringcast local reader 0 (rank 5) (pid {os.getpid()}) still waiting after 5.0s: slot 0 flags 0000"]
     finally:
         r.close()
         w.close()
@@ -263,13 +316,13 @@ def test_close_right_after_shutdown_does_not_pull_the_mapping_from_under_a_waite
 
 
 def test_close_from_another_thread_while_parked_waits_for_the_waiter():
-    g = Group(n_reader=1, spin=0.0, recheck_interval=30.0)
+    g = Group(n_reader=1, spin=0.0, recheck_interval=_FOREVER)
     try:
         r = g.rs[0]
         t, box = _run_thread(lambda: r.dequeue())
         _wait_until(lambda: r.statistics().parks >= 1, what="reader parked")
         r.close()  # without shutdown(): close() wakes it itself, then waits for it to leave
-        t.join(5)
+        t.join(20)
         assert isinstance(box.get("error"), Cancelled) and r._busy == 0
     finally:
         g.close()
