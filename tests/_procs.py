@@ -1,9 +1,12 @@
 """Run test children in 'spawn' processes, bounded: every child has a deadline, leftovers are
-killed, and a child's exception comes back with its traceback."""
+killed, a child's exception comes back with its traceback, and a child that returns holding a
+ringcast memfd segment (a descriptor or a mapping, :func:`memfd_holdings`) fails."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
+import os
 import queue as _queue
 import shutil
 import subprocess
@@ -30,11 +33,60 @@ def python_under_small_shm(size: str, args: list[str], timeout: float) -> subpro
                           timeout=timeout)
 
 
-def _trampoline(results, key, fn, args):
+def memfd_holdings(pid: int | str = "self") -> set[str]:
+    """The ringcast memfd segments process ``pid`` holds, as strings that differ for each
+    holding: open descriptors ("fd N -> /memfd:ringcast (deleted) @inode") and mappings
+    ("map ADDR-RANGE @inode"). A segment is anonymous, so these are the only traces it leaves; a
+    creator's descriptor keeps it attachable, a mapping keeps its pages (from Python 3.13 an mmap
+    keeps no descriptor, so only /proc/PID/maps shows it)."""
+    from ringcast.shm import MEMFD_NAME
+
+    prefix = f"/memfd:{MEMFD_NAME}"
+    out = set()
     try:
-        results.put((key, True, fn(*args)))
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:  # pragma: no cover - non-Linux
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith(prefix):
+                out.add(f"fd {fd} -> {target} @{os.stat(f'/proc/{pid}/fd/{fd}').st_ino}")
+        except OSError:
+            continue
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith(prefix):
+                    out.add(f"map {fields[0]} @{fields[4]}")
+    except OSError:  # pragma: no cover
+        pass
+    return out
+
+
+def memfd_leaks(before: set[str]) -> set[str]:
+    """What :func:`memfd_holdings` shows now and not in ``before`` (after a garbage collection,
+    so only segments something still references count)."""
+    new = memfd_holdings() - before
+    if new:
+        gc.collect()
+        new = memfd_holdings() - before
+    return new
+
+
+def _trampoline(results, key, fn, args):
+    before = memfd_holdings()
+    try:
+        value = fn(*args)
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         results.put((key, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        return
+    leaked = memfd_leaks(before)
+    if leaked:
+        results.put((key, False, f"{fn.__name__} returned holding {len(leaked)} ringcast memfd segment(s) open: {sorted(leaked)[:6]}"))
+    else:
+        results.put((key, True, value))
 
 
 class Children:

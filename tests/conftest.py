@@ -1,5 +1,5 @@
 """Shared fixtures: every test checks that it leaves no shared-memory segment behind (no name in
-/dev/shm, no memfd descriptor) and no socket open."""
+/dev/shm, no memfd descriptor or mapping) and no socket open."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from _procs import memfd_holdings
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50, suppress_health_check=[HealthCheck.too_slow])
@@ -82,14 +83,6 @@ def _open_sockets() -> set[str]:
     return _descriptors(lambda t: t.startswith("socket:") or t == "anon_inode:[eventfd]")
 
 
-def _memfd_descriptors() -> set[str]:
-    """ringcast memfd segments this process holds open: a creator's descriptor (which keeps the
-    segment attachable) or a live mapping (mmap keeps a duplicate of its descriptor)."""
-    from ringcast.shm import MEMFD_NAME
-
-    return _descriptors(lambda t: t.startswith(f"/memfd:{MEMFD_NAME}"))
-
-
 def _fail_on_new(snapshot, what: str):
     """Yield (the test runs), then fail if ``snapshot()`` shows descriptors the test left open.
     /proc/self/fd is this process's own: concurrent xdist workers never show up, and pools
@@ -114,9 +107,10 @@ def no_socket_leak():
 
 @pytest.fixture(autouse=True)
 def no_memfd_leak():
-    """Fail a test that leaves a ringcast memfd segment open in this process (a queue or ring
-    created or attached and never closed)."""
-    yield from _fail_on_new(_memfd_descriptors, "memfd segment descriptors (close() the queue or ring)")
+    """Fail a test that leaves a ringcast memfd segment open in this process, as a descriptor or
+    a mapping (a queue or ring created or attached and never closed). Children started with
+    _procs.Children, and the torch pool's ranks, check themselves the same way."""
+    yield from _fail_on_new(memfd_holdings, "ringcast memfd descriptors/mappings (close() the queue or ring)")
 
 
 def _socket_dirs() -> set[str]:

@@ -4,6 +4,8 @@ Starting processes and importing torch is the slow part, so one pool serves many
 ``pool.run(fn, *args)`` sends ``fn(rank, world, *args)`` to every rank and collects the results,
 with a hard deadline. A rank's exception comes back with its traceback. After any failure or
 timeout the pool is killed (its group may be out of step) and the fixture makes a fresh one.
+Closing the pool fails if a rank still holds a ringcast segment: a /dev/shm name it made, or a
+memfd descriptor or mapping (:func:`_procs.memfd_holdings`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import time
 import traceback
 from multiprocessing.connection import wait as _wait_conns
+
+from _procs import memfd_holdings, memfd_leaks
 
 CTX = mp.get_context("spawn")
 
@@ -37,6 +41,7 @@ def _serve(rank: int, world: int, store: str, cmd_in, res_out) -> None:
             return cmd_in.recv()
 
     cmds, results = _Cmds, _Results
+    memfds_at_start = memfd_holdings()
     import torch.distributed as dist
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -57,6 +62,7 @@ def _serve(rank: int, world: int, store: str, cmd_in, res_out) -> None:
             results.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
     dist.destroy_process_group()
     mine = [n for n in os.listdir("/dev/shm") if n.startswith(f"ringcast_{os.getpid()}_") or n.startswith(f"ringcast-probe-{os.getpid()}-")]
+    mine += sorted(memfd_leaks(memfds_at_start))  # memfd segments (the default kind) have no name
     results.put((rank, True, ("bye", mine)))
 
 
@@ -140,7 +146,7 @@ class Pool:
             except (PoolBroken, AssertionError):
                 pass
         self.kill()
-        assert not leaks, f"children left shared memory behind: {leaks}"
+        assert not leaks, f"children left shared memory behind (/dev/shm names, memfd descriptors/mappings): {leaks}"
 
     def kill(self) -> None:
         for p in self.procs:
