@@ -1,8 +1,10 @@
-"""The segment layer on its own: both kinds' lifetime (close, unlink), the vLLM-style name form,
-and the memory headroom of a real memory cgroup (issue 15)."""
+"""The segment layer on its own: both kinds' lifetime (close, unlink, a memfd segment dropped
+without either), the vLLM-style name form, and the memory headroom of a real memory cgroup
+(issue 15)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -10,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+from _procs import memfd_holdings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,6 +58,60 @@ def test_close_with_a_live_view_keeps_the_segment(kind):
         seg.close()
         seg.unlink()
     assert seg.closed
+
+
+def _holdings_of(seg) -> set[str]:
+    """This process's descriptors and mappings of ``seg`` (a memfd creator's, by inode)."""
+    inode = os.fstat(seg._fd).st_ino
+    return {h for h in memfd_holdings() if h.endswith(f"@{inode}")}
+
+
+@pytest.mark.skipif(not shm.memfd_available(), reason="needs memfd")
+def test_a_dropped_memfd_segment_releases_its_descriptor_and_mapping():
+    seg = Segment.create(4096, kind="memfd")
+    loc, held = seg.locator, _holdings_of(seg)
+    assert any(h.startswith("fd ") for h in held) and any(h.startswith("map ") for h in held), held
+    assert can_attach(loc)
+    del seg
+    gc.collect()
+    assert not (memfd_holdings() & held), "a collected segment still holds its memfd"
+    assert not can_attach(loc)
+
+
+@pytest.mark.skipif(not shm.memfd_available(), reason="needs memfd")
+def test_a_dropped_segment_keeps_the_mapping_a_view_still_uses():
+    seg = Segment.create(4096, kind="memfd")
+    loc, held = seg.locator, _holdings_of(seg)
+    view = memoryview(seg.buf)
+    view[:3] = b"abc"
+    del seg
+    gc.collect()
+    assert not can_attach(loc)  # the creator's descriptor is closed: no new peer
+    assert bytes(view[:3]) == b"abc"
+    assert {h for h in memfd_holdings() & held if h.startswith("map ")}
+    view.release()
+    gc.collect()
+    assert not (memfd_holdings() & held)
+
+
+@pytest.mark.skipif(not shm.memfd_available(), reason="needs memfd")
+@pytest.mark.parametrize("release", ["close", "unlink"])
+def test_collecting_a_closed_segment_closes_nothing_else(release):
+    """After close()/unlink() the descriptor's number is free; collecting the segment later must
+    not close whatever file took the number."""
+    seg = Segment.create(4096, kind="memfd")
+    number = seg._fd
+    getattr(seg, release)()
+    other = os.open(os.devnull, os.O_RDONLY)
+    if other != number:  # the freed number now names another file
+        os.dup2(other, number)
+        os.close(other)
+    try:
+        del seg
+        gc.collect()
+        assert os.readlink(f"/proc/self/fd/{number}") == os.devnull
+    finally:
+        os.close(number)
 
 
 def test_posix_locator_checks_the_size():

@@ -30,6 +30,7 @@ import os
 import secrets
 import stat
 import sys
+import weakref
 from dataclasses import dataclass
 
 from .errors import HandleError, ShmSpaceError
@@ -180,6 +181,11 @@ class Segment:
     (every process calls it; the creator of a memfd also closes its descriptor). ``unlink()``
     (creator only) stops new peers from attaching: it removes a posix name, and closes a memfd
     creator's descriptor; processes already attached keep their mapping. Both are idempotent.
+
+    A segment dropped without ``close()`` is not kept until the process exits: when it is garbage
+    collected, a finalizer closes a memfd creator's descriptor, and the mapping goes with the last
+    reference to ``buf`` (at once, or when the last memoryview of it dies). A posix name stays
+    until ``unlink()`` (or the resource tracker, at exit).
     """
 
     # Class-level safe defaults so close()/unlink() work on a half-built object.
@@ -191,6 +197,7 @@ class Segment:
     _unlinked: bool = True
     _registered: bool = False
     _fd: int = -1  # memfd creator: the descriptor peers open through /proc/<pid>/fd/<fd>
+    _fd_finalizer: weakref.finalize | None = None  # closes _fd if the segment is collected first
     _locator: Locator | None = None
 
     def __init__(self) -> None:  # use create() / attach()
@@ -249,6 +256,8 @@ class Segment:
             os.close(fd)
             raise
         self.kind, self.size, self.created, self._fd, self._unlinked = "memfd", size, True, fd, False
+        self._fd_finalizer = weakref.finalize(self, os.close, fd)
+        self._fd_finalizer.atexit = False  # at exit the kernel closes it
         self._locator = Locator("memfd", size=size, pid=os.getpid(), start=process_start_time(), fd=fd, token=token.hex())
         self.name = str(self._locator)
         return self
@@ -349,7 +358,10 @@ class Segment:
 
     def _close_fd(self) -> None:
         fd, self._fd = self._fd, -1
-        if fd >= 0:
+        fin, self._fd_finalizer = self._fd_finalizer, None
+        if fin is not None:
+            fin()  # closes fd, once: collecting the segment later closes nothing
+        elif fd >= 0:
             os.close(fd)
 
     @property
