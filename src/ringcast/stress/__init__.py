@@ -4,8 +4,9 @@
 * :mod:`.checker` - message framing (sequence number, timestamp, CRC-32) and the per-reader
   integrity checker (loss, duplicate, reorder, corruption);
 * :mod:`.runner` - runs a scenario: writer here, readers in 'spawn' children, deadlines;
+* :mod:`.reader` - a reader child: checks, latencies and CPU time, one result dict back;
 * :mod:`.report` - summary table, JSON, markdown and plots;
-* :mod:`.stats` - mergeable latency histograms.
+* :mod:`.stats` - mergeable latency histograms, CPU time per busy/idle segment.
 """
 
 from .checker import SequenceChecker as SequenceChecker

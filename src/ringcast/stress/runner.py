@@ -4,143 +4,35 @@ Per scenario: create the queue, start the readers, wait for the READY handshake,
 phase send a ``{"ctl": "phase"}`` marker followed by data messages (pattern flood / burst / gap /
 rate) for the phase's share of the duration; then an optional idle period (``{"ctl": "idle"}``)
 in which nothing is sent, so every process can measure its CPU while idle; then
-``{"ctl": "end", "count": N}``. Each reader checks every message (sequence number and checksum,
-:class:`~ringcast.stress.checker.SequenceChecker`), records one-way latencies
-(``time.monotonic_ns()`` at enqueue vs after dequeue; CLOCK_MONOTONIC is system-wide on Linux),
-and CPU time per busy/idle segment, and sends one result dict back over a pipe.
+``{"ctl": "end", "count": N}``. Each reader (:func:`ringcast.stress.reader.reader_main`, re-exported
+here) checks every message, records latencies and CPU time, and sends one result dict back over a
+pipe; :func:`_aggregate` turns the results into the scenario's result dict.
 
 Failure handling: every child gets an absolute deadline and uses it as its dequeue timeout; a
 watchdog thread in the writer calls ``mq.shutdown()`` when a reader dies or the deadline passes
 (so a blocked enqueue or handshake raises instead of hanging); afterwards any child still alive
 is terminated, then killed. The queue is closed in ``finally`` in every process, so no
-/dev/shm segment outlives a run, even a failed one.
+segment (memfd or /dev/shm name) outlives a run, even a failed one.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import resource
 import threading
 import time
-import traceback
 from dataclasses import asdict
 from multiprocessing.connection import wait as mp_wait
 
 from ..queue import MessageQueue
-from .checker import FAULT_KINDS, PayloadFactory, SequenceChecker, boundary_sizes, decode
+from .checker import FAULT_KINDS, PayloadFactory, boundary_sizes
+from .reader import queue_kwargs, reader_main
 from .scenario import Scenario
-from .stats import LatencyHistogram
+from .stats import CpuSegments, LatencyHistogram
 
 __all__ = ["run_scenario", "run_suite", "reader_main", "Progress"]
 
 _SPAWN_ALLOWANCE = 20.0  # seconds for interpreter start-up and the handshake, on top of the plan
-
-
-def _queue_kwargs(spin, recheck) -> dict:
-    kw = {}
-    if spin is not None:
-        kw["spin"] = spin
-    if recheck is not None:
-        kw["recheck_interval"] = recheck
-    return kw
-
-
-class _Segments:
-    """CPU seconds, wall seconds and context switches per mode ("busy" / "idle")."""
-
-    def __init__(self) -> None:
-        self.acc = {m: {"cpu_s": 0.0, "wall_s": 0.0, "vcsw": 0, "ivcsw": 0} for m in ("busy", "idle")}
-        self.mode = None
-        self._mark = None
-
-    @staticmethod
-    def _now():
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        return time.process_time(), time.monotonic(), ru.ru_nvcsw, ru.ru_nivcsw
-
-    def switch(self, mode: str | None) -> None:
-        now = self._now()
-        if self.mode is not None and self._mark is not None:
-            a = self.acc[self.mode]
-            a["cpu_s"] += now[0] - self._mark[0]
-            a["wall_s"] += now[1] - self._mark[1]
-            a["vcsw"] += now[2] - self._mark[2]
-            a["ivcsw"] += now[3] - self._mark[3]
-        self.mode = mode
-        self._mark = now
-
-    def result(self) -> dict:
-        out = {}
-        for m, a in self.acc.items():
-            out[m] = dict(a, cpu_frac=(a["cpu_s"] / a["wall_s"]) if a["wall_s"] > 0 else None)
-        return out
-
-
-def reader_main(handle, cfg: dict, conn) -> None:
-    """Entry point of a reader process (must stay importable for 'spawn')."""
-    result: dict = {"index": cfg["index"], "rank": cfg["rank"], "local": cfg["local"], "pid": os.getpid()}
-    mq = None
-    try:
-        deadline = cfg["deadline"]
-        mq = MessageQueue.create_from_handle(handle, cfg["rank"], **_queue_kwargs(cfg["spin"], cfg["recheck"]))
-        mq.wait_until_ready(timeout=max(0.001, deadline - time.monotonic()))
-        checker = SequenceChecker()
-        hists: dict[str, LatencyHistogram] = {}
-        hist = hists.setdefault("(before first phase)", LatencyHistogram())
-        seg = _Segments()
-        slow = cfg["slow"]
-        mono_ns = time.monotonic_ns
-        dequeue = mq.dequeue
-        monotonic = time.monotonic
-        sleep = time.sleep
-        while True:
-            msg = dequeue(timeout=max(0.001, deadline - monotonic()))
-            t = mono_ns()
-            try:
-                what = decode(msg)
-            except Exception as e:
-                checker.corrupt(f"undecodable message: {e!r}")
-                continue
-            if what[0] == "data":
-                checker.data(what[1], what[3])
-                hist.record(t - what[2])
-                if slow:
-                    sleep(slow)
-                continue
-            ctl = what[1]
-            kind = ctl["ctl"]
-            if kind == "phase":
-                seg.switch("busy")
-                hist = hists.setdefault(ctl["name"], LatencyHistogram())
-            elif kind == "idle":
-                seg.switch("idle")
-            elif kind == "end":
-                seg.switch(None)
-                checker.finish(ctl["count"])
-                break
-        hists = {k: v for k, v in hists.items() if v.n}
-        result.update(
-            received=checker.received,
-            violations=checker.violations,
-            examples=checker.examples,
-            latency={k: v.to_dict() for k, v in hists.items()},
-            cpu=seg.result(),
-        )
-    except BaseException as e:  # report everything, including KeyboardInterrupt
-        result["error"] = f"{type(e).__name__}: {e}"
-        result["traceback"] = traceback.format_exc()
-    finally:
-        if mq is not None:
-            try:
-                result["queue_stats"] = asdict(mq.statistics())
-            except Exception:
-                pass
-            mq.close()
-        try:
-            conn.send(result)
-        finally:
-            conn.close()
 
 
 class Progress:
@@ -214,7 +106,7 @@ def run_scenario(
     t_begin = time.monotonic()
     deadline = t_begin + span + sc.timeout + spawn_allowance + 0.5 * sc.n_readers
     ctx = mp.get_context("spawn")
-    kw = _queue_kwargs(sc.spin, sc.recheck_interval)
+    kw = queue_kwargs(sc.spin, sc.recheck_interval)
     errors: list[str] = []
     procs: list = []
     conns: list = []
@@ -225,7 +117,7 @@ def run_scenario(
     sent = {"msgs": 0, "bytes": 0, "ctl": 0}
     seq = 0
     timeline: list[list[float]] = []
-    wseg = _Segments()
+    wseg = CpuSegments()
     traffic_wall = 0.0
     label = sc.name
 

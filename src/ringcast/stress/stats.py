@@ -1,5 +1,8 @@
 """Small, dependency-free statistics used by the stress suite and the benchmarks.
 
+:class:`CpuSegments` accounts a process's CPU seconds, wall seconds and context switches to the
+mode it is in ("busy" or "idle"), so a stress run can tell what a parked reader costs.
+
 :class:`LatencyHistogram` keeps a log-bucketed histogram (1 % relative resolution) of
 nanosecond latencies: recording is O(1), the histograms of many readers merge by adding counts,
 and a histogram of millions of samples pickles to a few kilobytes, so readers can ship it to the
@@ -9,8 +12,10 @@ parent. Minimum and maximum are exact; percentiles are within 1 % of the true va
 from __future__ import annotations
 
 import math
+import resource
+import time
 
-__all__ = ["LatencyHistogram", "median", "fmt_ns", "fmt_bytes", "fmt_rate"]
+__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_ns", "fmt_bytes", "fmt_rate"]
 
 _GROWTH = 1.01
 _K = 1.0 / math.log(_GROWTH)
@@ -154,3 +159,34 @@ def fmt_rate(x) -> str:
     if x >= 1e3:
         return f"{x / 1e3:.1f} k"
     return f"{x:.0f}"
+
+
+class CpuSegments:
+    """CPU seconds, wall seconds and context switches per mode ("busy" / "idle")."""
+
+    def __init__(self) -> None:
+        self.acc = {m: {"cpu_s": 0.0, "wall_s": 0.0, "vcsw": 0, "ivcsw": 0} for m in ("busy", "idle")}
+        self.mode = None
+        self._mark = None
+
+    @staticmethod
+    def _now():
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return time.process_time(), time.monotonic(), ru.ru_nvcsw, ru.ru_nivcsw
+
+    def switch(self, mode: str | None) -> None:
+        now = self._now()
+        if self.mode is not None and self._mark is not None:
+            a = self.acc[self.mode]
+            a["cpu_s"] += now[0] - self._mark[0]
+            a["wall_s"] += now[1] - self._mark[1]
+            a["vcsw"] += now[2] - self._mark[2]
+            a["ivcsw"] += now[3] - self._mark[3]
+        self.mode = mode
+        self._mark = now
+
+    def result(self) -> dict:
+        out = {}
+        for m, a in self.acc.items():
+            out[m] = dict(a, cpu_frac=(a["cpu_s"] / a["wall_s"]) if a["wall_s"] > 0 else None)
+        return out
