@@ -153,3 +153,36 @@ def test_rebuild_tensor_refuses_non_dtypes():
 
     with pytest.raises(pickle.UnpicklingError, match="not a torch dtype"):
         rebuild_tensor(bytearray(8), (2,), "load")
+
+
+def test_overflow_and_remote_arrays_are_private_and_writable():
+    """Overflow and remote messages are unpickled on ZeroMQ's received frames (no copy out of
+    them): arrays and tensors rebuilt there must still be each reader's own, writable memory,
+    with the writer's content, and a reader's writes must not reach another reader."""
+    torch = pytest.importorskip("torch")
+    w = MessageQueue(2, 1, max_chunk_bytes=1 << 16, max_chunks=4, connect_ip="127.0.0.1")
+    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in (0, 1)]  # rank 1: remote
+    ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in rs]
+    for t in ts:
+        t.start()
+    try:
+        w.wait_until_ready(30)
+        for t in ts:
+            t.join(30)
+        msg = {"arr": np.arange(100_000, dtype=np.int64), "t": torch.arange(50_000, dtype=torch.float32)}
+        for _ in range(2):
+            w.enqueue(msg, timeout=10)
+        for r in rs:
+            got = [r.dequeue(timeout=10) for _ in range(2)]
+            for g in got:
+                assert np.array_equal(g["arr"], msg["arr"]) and torch.equal(g["t"], msg["t"])
+                assert g["arr"].flags.writeable
+            got[0]["arr"][:] = -1
+            got[0]["t"].fill_(-1)
+            assert np.array_equal(got[1]["arr"], msg["arr"]) and torch.equal(got[1]["t"], msg["t"])
+        assert w.statistics().overflows == 2
+        assert (msg["arr"] == np.arange(100_000)).all() and (msg["t"] == torch.arange(50_000)).all()
+    finally:
+        w.close()
+        for r in rs:
+            r.close()

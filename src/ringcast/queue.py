@@ -304,15 +304,16 @@ class MessageQueue:
         if self._cancelled[0]:
             raise Cancelled(f"{self._role()} {what}: shutdown() was called")
 
-    def _recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None) -> list[bytes]:
-        """Receive one multipart message, honouring deadline, shutdown and a dead writer."""
+    def _recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None, copy: bool = True) -> list:
+        """Receive one multipart message, honouring deadline, shutdown and a dead writer
+        (``copy=False``: ``zmq.Frame`` objects, see :func:`ringcast.channel.recv_frames`)."""
 
         def on_timeout(waited: float) -> RingTimeoutError:
             self._counters.timeouts += 1
             return RingTimeoutError(f"{self._role()} timed out after {waited:.3f}s (timeout={timeout}s) {what}")
 
         idle = (lambda: self._side.check_writer_alive(what)) if self._is_local_reader else _nothing
-        return channel.recv_frames(sock, deadline, lambda: self._check_cancelled(what), idle, on_timeout)
+        return channel.recv_frames(sock, deadline, lambda: self._check_cancelled(what), idle, on_timeout, copy)
 
     # -- writing ---------------------------------------------------------------------------------
     def _send_overflow(self, frames) -> None:
@@ -373,7 +374,7 @@ class MessageQueue:
 
     # -- reading ---------------------------------------------------------------------------------
     def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list[bytes]:
-        frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout)
+        frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout, False)
         self._overflows += 1
         return frames
 
@@ -388,7 +389,7 @@ class MessageQueue:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
             if ep is None:  # a remote reader
-                frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout)
+                frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout, False)
             else:
                 obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
                 if frames is None:
