@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from _procs import memfd_holdings
+from _procs import Children, memfd_holdings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -112,6 +112,24 @@ def test_collecting_a_closed_segment_closes_nothing_else(release):
         assert os.readlink(f"/proc/self/fd/{number}") == os.devnull
     finally:
         os.close(number)
+
+
+_KEPT = []
+
+
+def _child_keeps_a_segment():
+    _KEPT.append(Segment.create(4096, kind="memfd"))
+    return "done"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not shm.memfd_available(), reason="needs memfd")
+def test_a_child_returning_with_a_segment_open_fails():
+    """The leak check of _procs.Children can fail: a child that returns holding a memfd segment."""
+    with Children(timeout=30) as ch:
+        ch.start("c", _child_keeps_a_segment)
+        with pytest.raises(RuntimeError, match=r"_child_keeps_a_segment returned holding \d ringcast memfd segment\(s\) open: \['fd "):
+            ch.wait()
 
 
 def test_posix_locator_checks_the_size():
