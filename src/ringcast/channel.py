@@ -37,7 +37,7 @@ from .shm import process_alive, process_start_time
 
 __all__ = [
     "xpub", "sub", "TopicSocket", "new_topic", "start_curve", "local_address", "remove_local", "default_ip",
-    "tcp_endpoint", "check_fd_headroom", "recv_frames",
+    "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all",
 ]
 
 TOPIC_BYTES = 16  # the subscription secret: 128 random bits
@@ -326,6 +326,19 @@ def start_curve(ctx):
     auth.start()
     auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
     return auth, server_secret, (server_public, client_public, client_secret)
+
+
+def close_all(sockets, auth, ctx, ipc_path: str | None) -> None:
+    """Close a queue's channel: its sockets (None entries skipped), the CURVE authenticator, the
+    ZeroMQ context, and the local socket file with its private directory (writer)."""
+    for s in sockets:
+        if s is not None:
+            s.close()
+    if auth is not None:
+        auth.stop()
+    if ctx is not None:
+        ctx.term()
+    remove_local(ipc_path)
 
 
 def recv_frames(sock, deadline: float | None, check_cancelled, on_idle_poll, on_timeout, copy: bool = True) -> list:

@@ -34,7 +34,7 @@ from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
-from .roles import QueueStatistics, ReaderSide, WriterSide, check_rank_list, wait_policy
+from .roles import QueueStatistics, ReaderSide, WriterSide, check_reader_counts, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics"]
@@ -100,16 +100,7 @@ class MessageQueue:
         tensor_arena_bytes: int = 0,
         tensor_arena_slots: int = DEFAULT_SLOTS,
     ) -> None:
-        for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
-        if n_reader < 1:
-            raise ValueError(f"n_reader must be >= 1, got {n_reader}")
-        if not 0 <= n_local_reader <= n_reader:
-            raise ValueError(f"n_local_reader must be between 0 and n_reader={n_reader}, got {n_local_reader}")
-        if local_reader_ranks is None:
-            local_reader_ranks = list(range(n_local_reader))
-        local_reader_ranks = check_rank_list(local_reader_ranks, n_local_reader)
+        local_reader_ranks = check_reader_counts(n_reader, n_local_reader, local_reader_ranks)
         channel.check_fd_headroom()
         if remote_curve and not zmq.has("curve"):
             raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
@@ -481,18 +472,8 @@ class MessageQueue:
                 )
                 return
         self._cancelled[0] = True
-        for name in ("local_socket", "remote_socket"):
-            s = getattr(self, name, None)
-            if s is not None:
-                s.close()
-                setattr(self, name, None)
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
-        channel.remove_local(self._ipc_path)
+        channel.close_all((self.local_socket, self.remote_socket), self._auth, self._ctx, self._ipc_path)
+        self.local_socket = self.remote_socket = self._auth = self._ctx = None
         for a in (self._arena, getattr(self._unpickler, "arena", None)):
             if a is not None:
                 a.close()

@@ -19,7 +19,7 @@ from .errors import DeadReaderError, DeadWriterError, EvictedError, RingTimeoutE
 from .shm import process_alive
 from .waiting import WaitPolicy
 
-__all__ = ["QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list"]
+__all__ = ["QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
 
 logger = logging.getLogger("ringcast")
 
@@ -55,6 +55,21 @@ class QueueStatistics:
     arena_fallbacks: int = 0
     arena_reclaimed: int = 0
     arena_held: int = 0
+
+
+def check_reader_counts(n_reader, n_local_reader, local_reader_ranks) -> list[int]:
+    """The writer's reader arguments are usable (else TypeError/ValueError saying which);
+    returns the local reader ranks (default: ``0 .. n_local_reader - 1``)."""
+    for name, v in (("n_reader", n_reader), ("n_local_reader", n_local_reader)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    if n_reader < 1:
+        raise ValueError(f"n_reader must be >= 1, got {n_reader}")
+    if not 0 <= n_local_reader <= n_reader:
+        raise ValueError(f"n_local_reader must be between 0 and n_reader={n_reader}, got {n_local_reader}")
+    if local_reader_ranks is None:
+        return list(range(n_local_reader))
+    return check_rank_list(local_reader_ranks, n_local_reader)
 
 
 def check_rank_list(ranks, n_local_reader: int) -> list[int]:
