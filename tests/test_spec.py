@@ -167,6 +167,10 @@ def test_check_compares_result_violation_and_count():
     assert tlc.check(m, dict(ok, distinct=8), False) == []
     assert tlc.check(m, dict(ok, violated="NoDataRace"), True)
     assert tlc.check(m, dict(ok, result="ok"), True)
+    # a liveness violation's count is exact too (checked once, on the complete state graph)
+    live = {"name": "y", "expect": "liveness", "violated": "Delivered", "distinct": 1182}
+    assert tlc.check(live, {"result": "liveness", "violated": "Delivered", "distinct": 1182}, True) == []
+    assert tlc.check(live, {"result": "liveness", "violated": "Delivered", "distinct": 448}, True)
 
 
 def test_help_list_and_unknown_model():
@@ -192,6 +196,8 @@ def test_dry_run_commands(tmp_path):
     assert first.endswith("-config ring_correct.cfg MCRing")
     assert "-deadlock" not in first          # deadlock checking stays on
     assert "-deadlock" in second             # ... except where the manifest says
+    for line in lines:                       # reproducible liveness: one final check, fixed fingerprints
+        assert " -lncheck final " in line and " -fp 0 " in line
     r = run_tlc_py("--dry-run", "--model", "ring_correct", "-workers", "2")
     assert r.returncode == 0 and "-workers 2" in r.stdout
 
@@ -337,6 +343,17 @@ def test_shipped_configurations_are_models():
     assert cfg_constants(SPEC / by["overflow_code"]["cfg"])["Order"] == "OrderSendBeforeClear"
     broken = by["park_no_recheck_liveness"]  # the lost wake-up fails the refinement
     assert broken["expect"] == "liveness" and "AbsSpec" in broken["violated"].split(",")
+
+
+def test_liveness_is_checked_once_only_where_the_cfg_has_properties(tmp_path, monkeypatch):
+    tlc = load_tlc()
+    monkeypatch.setattr(tlc, "SPEC_DIR", tmp_path)
+    (tmp_path / "safety.cfg").write_text("SPECIFICATION Spec\nINVARIANTS TypeOK\n")
+    (tmp_path / "live.cfg").write_text("SPECIFICATION Spec\nPROPERTIES Delivered\n")
+    for cfg, final in (("safety.cfg", False), ("live.cfg", True)):
+        cmd = tlc.tlc_command("java", "t.jar", {"cfg": cfg, "module": "M"}, 1, "m", "t")
+        assert ("-lncheck" in cmd) is final and cmd[cmd.index("-fp") + 1] == "0", cmd
+        assert cmd[-3:] == ["-config", cfg, "M"]
 
 
 def test_cfg_properties_are_named():
