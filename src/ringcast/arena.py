@@ -36,6 +36,12 @@ dead one's flags as released (``ArenaReclaimDead``), as eviction does on the rin
 whose slots were filled but whose ring chunk was never published (a timeout, ``shutdown()``)
 gives them back (``unplace``): no reader can hold them. spec/Arena.tla models the slot
 lifecycle (models ``arena_correct``, ``arena_release_at_dequeue``, ``arena_no_reclaim``).
+
+Each ``# Spec:`` method calls the step hook (:mod:`ringcast.steps`) right before its access,
+as the ring's steps do: ``hook(action, "writer", slot, reader)`` (``ArenaClaim`` once per slot
+tried; ``ArenaClearReleased`` names the reader; ``ArenaReclaimDead`` and ``ArenaFallback`` pass
+slot -1) and ``hook("ArenaRelease", r, slot, None)`` in reader ``r``'s finalizer. The stateful
+harness (tests/stateful/arena_run.py, docs/stateful.md) drives a real queue through them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import struct
 import threading
 import weakref
 
+from . import steps as _steps
 from .atomics import fence
 from .errors import LayoutError
 from .shm import Segment
@@ -148,7 +155,7 @@ class ArenaWriter:
                 continue
             s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
             if s < 0:
-                self.fallbacks += 1
+                self._arena_fallback()
                 continue
             self._arena_clear_written(s)
             self._arena_write(s, bufs[k], n)
@@ -185,6 +192,8 @@ class ArenaWriter:
 
     # Spec: ArenaClaim
     def _arena_claim(self, s: int) -> bool:
+        if _steps.hook is not None:
+            _steps.hook("ArenaClaim", "writer", s, None)
         a = self.arena
         m = a.meta(s)
         if a.buf[m] == 0 or a.buf[m + 1 : m + a.stride] == self._released:
@@ -194,19 +203,27 @@ class ArenaWriter:
 
     # Spec: ArenaClearWritten
     def _arena_clear_written(self, s: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ArenaClearWritten", "writer", s, None)
         self.arena.buf[self.arena.meta(s)] = 0
 
     # Spec: ArenaWrite
     def _arena_write(self, s: int, b, n: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ArenaWrite", "writer", s, None)
         off = self.arena.data(s)
         self.arena.buf[off : off + n] = b
 
     # Spec: ArenaClearReleased
     def _arena_clear_released(self, s: int, r: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ArenaClearReleased", "writer", s, r)
         self.arena.buf[self.arena.meta(s) + 1 + r] = 0
 
     # Spec: ArenaPublish
     def _arena_publish(self, s: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ArenaPublish", "writer", s, None)
         fence()  # the slot's bytes and cleared flags before written = 1 (and the ring's publish)
         self.arena.buf[self.arena.meta(s)] = 1
 
@@ -215,6 +232,8 @@ class ArenaWriter:
         """No slot is free: the readers holding slots that are dead get their flags set in
         every slot (their views died with them); True if any. Costs a /proc read per holder,
         only on this path (a full arena, with a buffer of >= min_bytes to place)."""
+        if _steps.hook is not None:
+            _steps.hook("ArenaReclaimDead", "writer", -1, None)
         a = self.arena
         holders = {r for s in range(a.n_slots) for r in range(a.n_reader) if a.buf[a.meta(s)] and not a.buf[a.meta(s) + 1 + r]}
         dead = [r for r, _pid in self.dead_readers(sorted(holders))]
@@ -223,6 +242,13 @@ class ArenaWriter:
                 a.buf[a.meta(s) + 1 + r] = 1
         self.reclaimed += len(dead)
         return bool(dead)
+
+    # Spec: ArenaFallback
+    def _arena_fallback(self) -> None:
+        """No free slot (or the buffer is larger than a slot): it goes the normal way."""
+        if _steps.hook is not None:
+            _steps.hook("ArenaFallback", "writer", -1, None)
+        self.fallbacks += 1
 
     def statistics(self) -> dict:
         return {"arena_hits": self.hits, "arena_fallbacks": self.fallbacks, "arena_reclaimed": self.reclaimed}
@@ -261,6 +287,8 @@ class ArenaReader:
 
     # Spec: ArenaRelease
     def _arena_release(self, s: int) -> None:
+        if _steps.hook is not None:
+            _steps.hook("ArenaRelease", self.r, s, None)
         with self._lock:
             self.held.discard(s)
             fence()  # F5: our reads of the slot before the writer can see it released

@@ -2,17 +2,19 @@
 process before each shared-memory access of the protocol. ``None`` in production.
 
 The bottom of the package (it imports nothing): :mod:`ringcast.ring` (the ring's atomic steps),
-:mod:`ringcast.waiting` (the eventcount's steps) and :mod:`ringcast.endpoint` (the overflow
-steps) call it, each right before the access it names, as::
+:mod:`ringcast.waiting` (the eventcount's steps), :mod:`ringcast.endpoint` (the overflow
+steps) and :mod:`ringcast.arena` (the tensor arena's slot steps, spec/Arena.tla) call it, each
+right before the access it names, as::
 
     hook(action, side, index, reader)
 
 * ``action`` - the spec action about to run (``"WriterClaim"``, ``"ReaderAck"``, ``"ParkSleep"``,
-  ... one name per TLA+ action of spec/Ring.tla, see docs/protocol.md);
+  ... one name per TLA+ action of spec/Ring.tla, see docs/protocol.md; ``"ArenaClaim"``, ...
+  for spec/Arena.tla);
 * ``side`` - ``"writer"`` or the local reader index of the process taking the step;
-* ``index`` - the chunk that side is at (its cursor);
+* ``index`` - the chunk that side is at (its cursor); for an arena step the slot (-1: none);
 * ``reader`` - the reader an action acts on for the writer (``WriterClearReadFlag``,
-  ``WriterEvict``), else ``None``.
+  ``WriterEvict``, ``ArenaClearReleased``), else ``None``.
 
 Everything a harness needs comes as arguments: a hook never inspects its caller's frame. The
 stateful harness (tests/stateful/worker.py) reports each call to its controller and blocks until

@@ -67,11 +67,12 @@ class SpecInvariants(RuleBasedStateMachine):
     run = None
     failed = False
 
-    def _holds(self, name: str) -> None:
+    def _holds(self, name: str, model: str = "model") -> None:
+        """Invariant ``name`` of the run's ``model`` (``amodel``: the arena's, arena_run.py)."""
         run = self.run
         if run is None or self.failed or (name == "Cursors" and not run.cursors):
             return
-        bad = getattr(run.model, name)()
+        bad = getattr(getattr(run, model), name)()
         if bad:
             self.failed = True
             run._fail("Violation", "; ".join(bad))
@@ -234,3 +235,54 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
             finish_run(run, self.failed)
 
     return QueueMachine
+
+
+def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct", n_local=st.integers(1, 2),
+                  max_chunks=st.integers(1, 2), slots=st.integers(1, 3), crashes: bool = True):
+    """A MessageQueue with a tensor arena (arena_run.ArenaRun): the queue machine's steps and
+    bursts, plus a reader dropping one of the arrays it keeps (its ArenaRelease is then its next
+    step) and a reader killed holding its views; spec/Arena.tla's invariants after every step."""
+    from .arena_run import ArenaRun, arena_objects
+
+    base = queue_machine(pool, n_local=n_local, n_remote=st.just(0), max_chunks=max_chunks, timeouts=False, shutdown=False)
+
+    class ArenaMachine(base):
+        @initialize(n_local=n_local, max_chunks=max_chunks, slots=slots, objs=arena_objects())
+        def setup(self, n_local, max_chunks, slots, objs):
+            self.run = ArenaRun(pool, n_local=n_local, objs=objs, max_chunks=max_chunks, slots=slots,
+                                reader=reader, writer=writer)
+
+        def _do(self, fn) -> None:
+            try:
+                fn()
+            except BaseException:
+                self.failed = True
+                raise
+
+        @precondition(lambda self: self.run is not None and self.run.droppable())
+        @rule(k=st.integers(0, 3), j=st.integers(0, 7))
+        def drop(self, k, j):
+            """Reader (k mod the readers that keep arrays) drops its j-th kept array (mod their number)."""
+            cands = self.run.droppable()
+            pr = cands[k % len(cands)]
+            kept = self.run.kept[pr.p]
+            self._do(lambda: self.run.drop(pr, kept[j % len(kept)][0]))
+
+        if crashes:
+            @precondition(lambda self: self.run is not None and self.run.crashable())
+            @rule(k=st.integers(0, 3))
+            def crash(self, k):
+                """A reader dies (SIGKILL) holding its views; the writer must take its slots back."""
+                cands = self.run.crashable()
+                self._do(lambda: self.run.crash(cands[k % len(cands)]))
+
+        @invariant()
+        def ArenaNoOverwrite(self):
+            self._holds("NoOverwrite", "amodel")
+
+        @invariant()
+        def ArenaNoDeadLeak(self):
+            self._holds("NoDeadLeak", "amodel")
+
+    ArenaMachine.__name__ = f"ArenaMachine_{reader}_{writer}"
+    return ArenaMachine

@@ -523,6 +523,10 @@ class QueueRun(_RunBase):
     before its next step, :meth:`shutdown_from_thread` on the process's control thread.
     """
 
+    #: extra setup options for the writer's / the hooked readers' programs (worker.py; arena_run.py)
+    writer_opts: dict = {}
+    reader_opts: dict = {}
+
     def __init__(self, pool: Pool, *, n_local: int, n_remote: int, objs: list, max_chunk_bytes: int, max_chunks: int,
                  writer_timeout: float | None = None, reader_timeout: float | None = None, quantum: float = 1e-3,
                  cursors: bool = True, spin: float = 1e9, recheck: float = 0.05, tight_looks: int | None = None) -> None:
@@ -556,18 +560,18 @@ class QueueRun(_RunBase):
             self.writer.worker.send(("mq_writer", {
                 "role": "writer", "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
                 "max_chunks": max_chunks, "objs": self.objs, "timeout": writer_timeout, "quantum": quantum,
-                "hooked": n_local > 0, **waiting,
+                "hooked": n_local > 0, **waiting, **self.writer_opts,
             }))
             msg = self.writer.worker.recv()
             if msg[0] != "handle":
                 self._fail("worker error", f"writer setup failed: {msg[1] if len(msg) > 1 else msg}")
+            self._attach(msg[1])
             handle = msg[1]
-            if n_local:
-                self.ring = ShmRingBuffer(*handle.buffer_handle)
             for pr in self.procs[:-1]:
                 pr.worker.send(("mq_reader", {"role": "reader", "handle": handle, "rank": pr.p, "M": self.M,
                                               "timeout": reader_timeout if pr.hooked else None, "quantum": quantum,
-                                              "hooked": pr.hooked, **(waiting if pr.hooked else {})}))
+                                              "hooked": pr.hooked, **(waiting if pr.hooked else {}),
+                                              **(self.reader_opts if pr.hooked else {})}))
                 msg = pr.worker.recv()
                 if msg[0] != "attached":
                     self._fail("worker error", f"{pr.name} setup failed: {msg[1] if len(msg) > 1 else msg}")
@@ -588,6 +592,11 @@ class QueueRun(_RunBase):
         if self.ring is not None:
             self._check_real_state()
             self._check_park_words()
+
+    def _attach(self, handle) -> None:
+        """The harness maps the queue's segments (before the readers attach: then they are unlinked)."""
+        if self.n_local:
+            self.ring = ShmRingBuffer(*handle.buffer_handle)
 
     def describe(self) -> str:
         return (f"queue local={self.n_local} remote={self.n_remote} M={self.M} max_chunk_bytes={self.mcb} "

@@ -6,10 +6,15 @@ ScanAheadWriter, which the harness model supports as an extension (``scan_ahead`
 
 ``WRITERS[name](ring, policy)`` / ``READERS[name](ring, r, policy)`` build the endpoint of a
 variant ("correct" is the production endpoint itself).
+
+The tensor arena's planted bugs (spec/Arena.tla's must-fail models) subclass its two sides:
+``ARENA_WRITERS[name](arena, live_readers, dead_readers, min_bytes)`` /
+``ARENA_READERS[name](arena, r)``; the worker swaps them into a real MessageQueue.
 """
 
 from __future__ import annotations
 
+from ringcast.arena import ArenaReader, ArenaWriter
 from ringcast.atomics import fence
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.ring import RingReader, RingWriter
@@ -85,3 +90,25 @@ WRITER_MODEL = {
     "scan_ahead": {"order": ORDER_CORRECT, "scan_ahead": True},
 }
 READER_MODEL = {"correct": {}, "skip": {"skip_reader": True}}
+
+
+class ReleaseAtDequeueReader(ArenaReader):
+    """Releases its flag of a slot when it reads the message (during ReaderCopy), while the view
+    it hands out is still alive (spec model arena_release_at_dequeue: ReleaseAtDequeue = TRUE)."""
+
+    def view(self, s: int, n: int):
+        pb = super().view(s, n)
+        self._arena_release(s)  # the real step (and hook); the view's finalizer releases again later
+        return pb
+
+
+class NoReclaimWriter(ArenaWriter):
+    """Never takes back a dead reader's slots: falls back instead (spec model arena_no_reclaim:
+    Evict = FALSE)."""
+
+    def _arena_reclaim_dead(self) -> bool:
+        return False
+
+
+ARENA_WRITERS = {"correct": ArenaWriter, "no_reclaim": NoReclaimWriter}
+ARENA_READERS = {"correct": ArenaReader, "release_at_dequeue": ReleaseAtDequeueReader}

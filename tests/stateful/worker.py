@@ -19,6 +19,14 @@ Reports: ``("at", ...)`` before each step, ``("done", events)`` when the program
 queue setup, ``("stopped", events)`` after ``("stop",)``.  Events are what the program observed
 since the last report: ``("copied", value)`` (ring reader, the spec value of the payload it
 copied), ``("delivered", obj)`` (queue reader), ``("timeout",)``, ``("cancelled",)``.
+
+Tensor arena runs (``tensor_arena_bytes`` in a queue setup, arena_run.py): a reader with
+``keep`` keeps every numpy array it delivers, and each of its reports carries
+``("views", [(message, slot, crc32), ...])`` computed from those very objects (slot -1: not a
+view of the arena); ``("drop", message)``, received while blocked in the hook or after the
+program is done, drops that array: its finalizer runs ``ArenaRelease`` (a nested step, reported
+and stepped like any other) and then the process reports its previous position again.  The
+writer ends with ``("stats", statistics())``.
 """
 
 from __future__ import annotations
@@ -65,6 +73,9 @@ class Worker:
         self.ring = None
         self.clock = None
         self.hooked = False
+        self.keep = False  # arena runs: keep delivered arrays (self.kept) and report their views
+        self.kept: dict = {}  # message number -> the delivered array (a view of an arena slot, or a copy)
+        self.interrupted = None  # a command that interrupted a nested (finalizer) step
         #: ring-level programs: NotifyLoadWaiters runs as part of the step before it (below)
         self.merge_notify = False
 
@@ -80,16 +91,53 @@ class Worker:
         extra = reader  # WriterClearReadFlag: the reader whose flag is cleared
         if self.clock is not None:
             self.clock.now += self.clock.quantum
-        events, self.events = self.events, []
-        self.conn.send(("at", action, index, extra, events))
-        cmd = self.conn.recv()
+        while True:
+            self._report(("at", action, index, extra))
+            cmd = self.conn.recv()
+            if cmd[0] == "drop":  # drop a kept array (a nested ArenaRelease), then report this step again
+                self._drop(cmd[1])
+                if self.interrupted is None:
+                    continue
+                cmd, self.interrupted = self.interrupted, None
+            break
         if cmd[0] != "step":
             # the program is abandoned: step points passed while it unwinds (ParkRetire in a
-            # `finally`) must not report and wait for a command the harness will never send
+            # `finally`) must not report and wait for a command the harness will never send;
+            # remembered for a finalizer's step, where weakref swallows the exception
             self.hooked = False
+            self.interrupted = cmd
             raise _Interrupt(cmd)
         if cmd[1].get("shutdown") and self.mq is not None:
             self.mq.shutdown()
+
+    def _report(self, head: tuple) -> None:
+        events, self.events = self.events, []
+        if self.keep:
+            events.append(("views", self._views()))
+        self.conn.send((*head, events))
+
+    # -- tensor arena runs --------------------------------------------------------------------
+    def _views(self) -> list:
+        """``(message, slot, crc32)`` of every kept array, from the array itself: the slot its
+        memory lies in (-1: not in the arena) and a checksum of its bytes."""
+        import zlib
+
+        import numpy as np
+
+        ar = self.mq._unpickler.arena
+        a = ar.arena
+        base = np.frombuffer(a.buf, np.uint8).ctypes.data + a.data_off
+        out = []
+        for k, obj in self.kept.items():
+            addr = obj.__array_interface__["data"][0]
+            s = (addr - base) // a.slot_bytes if base <= addr < base + a.n_slots * a.slot_bytes else -1
+            out.append((k, s, zlib.crc32(obj.tobytes())))
+        return out
+
+    def _drop(self, k: int) -> None:
+        """Drop kept array ``k``: the last reference goes, so an arena view's finalizer runs
+        ArenaRelease (and its hook) right here."""
+        self.kept.pop(k, None)
 
     # -- programs -----------------------------------------------------------------------------
     def run_ring(self, p: dict) -> None:
@@ -132,10 +180,17 @@ class Worker:
         from ringcast.queue import MessageQueue
 
         self._install_clock(p.get("quantum"))
+        arena = {k: p[k] for k in ("tensor_arena_bytes", "tensor_arena_slots") if k in p}
         self.mq = MessageQueue(
             p["n_reader"], p["n_local"], None, p["max_chunk_bytes"], p["max_chunks"], "127.0.0.1",
-            spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05),
+            spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05), **arena,
         )
+        if arena:
+            from .variants import ARENA_WRITERS
+
+            aw = self.mq._arena  # small buffers take the arena too; a planted bug replaces the writer's side
+            self.mq._arena = ARENA_WRITERS[p.get("arena_variant", "correct")](aw.arena, aw.live_readers, aw.dead_readers,
+                                                                             p["arena_min_bytes"])
         self._set_tight_looks(p)
         self.conn.send(("handle", self.mq.export_handle()))
 
@@ -144,6 +199,12 @@ class Worker:
 
         self._install_clock(p.get("quantum") if p.get("hooked", True) else None)
         self.mq = MessageQueue.create_from_handle(p["handle"], p["rank"], spin=p.get("spin", 1e9), recheck_interval=p.get("recheck", 0.05))
+        if p.get("keep"):
+            from .variants import ARENA_READERS
+
+            ar = self.mq._unpickler.arena  # a planted bug replaces the reader's side of the arena
+            self.mq._unpickler.arena = ARENA_READERS[p.get("arena_variant", "correct")](ar.arena, ar.r)
+            self.keep = True
         self._set_tight_looks(p)
         self.conn.send(("attached",))
 
@@ -206,6 +267,8 @@ class Worker:
                     except Cancelled:
                         self.events.append(("cancelled",))
                         return
+            if self.mq._arena is not None:
+                self.events.append(("stats", self.mq.statistics()))
         else:
             got = 0
             while got < p["M"]:
@@ -222,11 +285,16 @@ class Worker:
                     self.events.append(("cancelled",))
                     return
                 self.events.append(("delivered", obj))
+                if self.keep and type(obj).__name__ == "ndarray":
+                    self.kept[got + 1] = obj  # kept until the harness says ("drop", got + 1)
+                del obj  # no stray reference: a dropped view must die at once
                 got += 1
 
     # -- lifetime -----------------------------------------------------------------------------
     def cleanup(self) -> None:
-        self.hooked = self.merge_notify = False
+        self.hooked = self.merge_notify = self.keep = False
+        self.kept = {}
+        self.interrupted = None
         if self.mq is not None:
             mq, self.mq = self.mq, None
             try:
@@ -269,8 +337,16 @@ class Worker:
                 conn.send(("stopped", events))
                 continue
             if op == "step":  # the program is over; say so again
-                events, self.events = self.events, []
-                conn.send(("done", events))
+                self._report(("done",))
+                continue
+            if op == "drop":  # a finished reader drops a kept array: its ArenaRelease is still a step
+                self.hooked = True
+                self._drop(cmd[1])
+                self.hooked = False
+                if self.interrupted is not None:
+                    pending, self.interrupted = self.interrupted, None
+                    continue
+                self._report(("done",))
                 continue
             try:
                 self.cleanup()
@@ -282,10 +358,10 @@ class Worker:
                 else:
                     raise ValueError(f"unknown command {op!r}")
                 self.hooked = False
-                events, self.events = self.events, []
-                conn.send(("done", events))
+                self._report(("done",))
             except _Interrupt as e:
                 self.hooked = False
+                self.interrupted = None
                 pending = e.cmd
             except BaseException:  # noqa: BLE001 - reported to the harness
                 self.hooked = False
