@@ -7,7 +7,8 @@ The writer and the local readers are stepped at the ring's hooks and at the aren
 a reader when a view dies).  Readers keep every array they deliver (worker.py ``keep``) until the
 harness tells one to drop it (:meth:`ArenaRun.drop`; its finalizer's ``ArenaRelease`` is then
 the reader's next step); a reader that has read far enough can be killed holding views
-(:meth:`ArenaRun.crash`).  After every step:
+(:meth:`ArenaRun.crash`; ``doomed``: this reader is killed at the first moment it can be).
+After every step:
 
 * **Conformance**: every slot's flag bytes in the segment equal the model's ``written`` /
   ``released``; every slot holding a message holds its bytes; the writer's arena steps come in
@@ -225,11 +226,12 @@ class ArenaRun(QueueRun):
     ``writer`` name planted bugs (variants.ARENA_READERS / ARENA_WRITERS)."""
 
     def __init__(self, pool, *, n_local: int, objs: list, max_chunks: int, slots: int, max_chunk_bytes: int = 256,
-                 reader: str = "correct", writer: str = "correct") -> None:
+                 reader: str = "correct", writer: str = "correct", doomed: int | None = None) -> None:
         self.amodel = ArenaModel(slots, n_local)
         self.payload = {k: b for k, obj in enumerate(objs, start=1) if (b := _bytes(obj)) is not None}
         self.crc = {k: zlib.crc32(b) for k, b in self.payload.items()}
         self.dead: set[int] = set()
+        self.doomed = doomed
         self.kept: dict[int, list] = {r: [] for r in range(n_local)}  # the (message, slot, crc) each reports
         self.stats = None
         self.arena: TensorArena | None = None
@@ -259,6 +261,7 @@ class ArenaRun(QueueRun):
             if action == "ReaderCopy":  # the chunk's message: a view of its slot is built during the copy
                 self._copying = (pr.p, abs(self.model.data[self.model.i[pr.p]]))
             super().step(pr, shutdown)
+            self._doom()
             return
         self.schedule.append(f"{pr.name}:{action}@{index}" + (f" r{extra}" if extra is not None else ""))
         pr.worker.send(("step", {}))
@@ -270,6 +273,13 @@ class ArenaRun(QueueRun):
         self._events(pr)
         self._check_pending(pr)
         self._after_step()
+        self._doom()
+
+    def _doom(self) -> None:
+        if self.doomed is not None and not self.dead:
+            pr = self.procs[self.doomed]
+            if pr in self.crashable():
+                self.crash(pr)
 
     def droppable(self) -> list[Proc]:
         """Live readers that keep an array and are not inside a release."""

@@ -238,19 +238,22 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
 
 
 def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct", n_local=st.integers(1, 2),
-                  max_chunks=st.integers(1, 2), slots=st.integers(1, 3), crashes: bool = True):
+                  max_chunks=st.integers(1, 4), slots=st.integers(1, 3), doomed=st.sampled_from([None, 0, 1])):
     """A MessageQueue with a tensor arena (arena_run.ArenaRun): the queue machine's steps and
     bursts, plus a reader dropping one of the arrays it keeps (its ArenaRelease is then its next
-    step) and a reader killed holding its views; spec/Arena.tla's invariants after every step."""
+    step), a reader killed holding views (the rule ``crash``, or ``doomed``: that reader, mod
+    n_local, dies at the first moment it can); spec/Arena.tla's invariants after every step.
+    Up to 4 chunks: a reader can be killed only once the ring no longer needs it (M - N
+    messages read), so a longer ring lets it die earlier, with more placements after it."""
     from .arena_run import ArenaRun, arena_objects
 
     base = queue_machine(pool, n_local=n_local, n_remote=st.just(0), max_chunks=max_chunks, timeouts=False, shutdown=False)
 
     class ArenaMachine(base):
-        @initialize(n_local=n_local, max_chunks=max_chunks, slots=slots, objs=arena_objects())
-        def setup(self, n_local, max_chunks, slots, objs):
+        @initialize(n_local=n_local, max_chunks=max_chunks, slots=slots, objs=arena_objects(), doomed=doomed)
+        def setup(self, n_local, max_chunks, slots, objs, doomed):
             self.run = ArenaRun(pool, n_local=n_local, objs=objs, max_chunks=max_chunks, slots=slots,
-                                reader=reader, writer=writer)
+                                reader=reader, writer=writer, doomed=None if doomed is None else doomed % n_local)
 
         def _do(self, fn) -> None:
             try:
@@ -268,13 +271,12 @@ def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct
             kept = self.run.kept[pr.p]
             self._do(lambda: self.run.drop(pr, kept[j % len(kept)][0]))
 
-        if crashes:
-            @precondition(lambda self: self.run is not None and self.run.crashable())
-            @rule(k=st.integers(0, 3))
-            def crash(self, k):
-                """A reader dies (SIGKILL) holding its views; the writer must take its slots back."""
-                cands = self.run.crashable()
-                self._do(lambda: self.run.crash(cands[k % len(cands)]))
+        @precondition(lambda self: self.run is not None and self.run.crashable())
+        @rule(k=st.integers(0, 3))
+        def crash(self, k):
+            """A reader dies (SIGKILL) holding its views; the writer must take its slots back."""
+            cands = self.run.crashable()
+            self._do(lambda: self.run.crash(cands[k % len(cands)]))
 
         @invariant()
         def ArenaNoOverwrite(self):

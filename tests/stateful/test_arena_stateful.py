@@ -125,3 +125,8 @@ def _search(pool, reader: str = "correct", writer: str = "correct", max_examples
 def test_release_at_dequeue_is_found(pool):
     e = _search(pool, reader="release_at_dequeue")
     assert e.kind == "Violation" and e.detail.startswith("Arena.NoOverwrite"), str(e)
+
+
+def test_no_reclaim_is_found(pool):
+    e = _search(pool, writer="no_reclaim")
+    assert e.kind == "Violation" and e.detail.startswith("Arena.NoDeadLeak"), str(e)
