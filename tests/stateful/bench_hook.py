@@ -9,6 +9,11 @@ compiled from ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py
 every ``if _steps.hook is not None: ...`` removed.  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  The stress suite can call :func:`measure`.
+
+``--arena`` does the same for the tensor arena's slot steps (:func:`measure_arena`): one 4 KiB
+buffer placed in a slot (ArenaClaim, ArenaClearWritten, ArenaWrite, ArenaClearReleased,
+ArenaPublish) and one reader's view of it built and dropped (ArenaRelease): 6 step points per
+buffer, against arena.py compiled without its 8 checks.
 """
 
 from __future__ import annotations
@@ -85,6 +90,12 @@ def stripped_endpoint_module():
     return ens, r1 + r2 + r3
 
 
+def stripped_arena_module():
+    import ringcast.arena as arena
+
+    return stripped_module(arena)
+
+
 def _copy64(view) -> bytes:
     return bytes(view[:64])
 
@@ -119,6 +130,43 @@ def measure(iterations: int = 200_000, trials: int = 9) -> dict:
     finally:
         rb.close()
         rb.unlink()
+    return _summary(removed, hooked, plain)
+
+
+def _arena_loop(ns, arena, n: int, buf: bytes) -> float:
+    w = ns["ArenaWriter"](arena, lambda: [0], lambda rs: [], min_bytes=1)
+    r = ns["ArenaReader"](arena, 0)
+    bufs, sizes = [buf], [len(buf)]
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        s = w.place(bufs, sizes)[0]
+        r.view(s, 64)  # dropped at once: the finalizer releases the slot
+    return (time.perf_counter_ns() - t0) / n
+
+
+def measure_arena(iterations: int = 50_000, trials: int = 9) -> dict:
+    """One buffer through a 1-slot, 1-reader arena per iteration: real arena.py (hook None)
+    against arena.py without its hook checks."""
+    import ringcast.arena as arena
+    import ringcast.steps as steps
+
+    if steps.get_step_hook() is not None:
+        raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
+    ns, removed = stripped_arena_module()
+    a = arena.TensorArena.create(1, 4096, 1)
+    try:
+        buf = b"x" * 4096
+        hooked, plain = [], []
+        for _ in range(trials):
+            hooked.append(_arena_loop(vars(arena), a, iterations, buf))
+            plain.append(_arena_loop(ns, a, iterations, buf))
+    finally:
+        a.unlink()
+        a.close()
+    return _summary(removed, hooked, plain)
+
+
+def _summary(removed: int, hooked: list, plain: list) -> dict:
     mh, mp = statistics.median(hooked), statistics.median(plain)
     noise = max(statistics.pstdev(hooked), statistics.pstdev(plain))
     return {
@@ -140,12 +188,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="cost of the step hook checks on the ring's hot path")
     ap.add_argument("--iterations", type=int, default=200_000)
     ap.add_argument("--trials", type=int, default=9)
+    ap.add_argument("--arena", action="store_true", help="the tensor arena's slot steps instead of the ring's")
     a = ap.parse_args(argv)
-    r = measure(a.iterations, a.trials)
-    print(f"hook checks removed in the comparison build: {r['checks_removed']} (11 steps per message)")
-    print(f"hook None   : {r['ns_per_message_hook_none']:8.0f} ns/message (write + read, 1 reader, 64 B)")
-    print(f"no checks   : {r['ns_per_message_no_checks']:8.0f} ns/message")
-    print(f"difference  : {r['difference_ns']:+8.0f} ns/message ({r['difference_pct']:+.1f}%)")
+    if a.arena:
+        r = measure_arena(a.iterations // 4, a.trials)
+        what, unit, per = "6 steps per buffer", "ns/buffer", " (placed in a slot, viewed and dropped, 1 reader, 4 KiB)"
+    else:
+        r = measure(a.iterations, a.trials)
+        what, unit, per = "11 steps per message", "ns/message", " (write + read, 1 reader, 64 B)"
+    print(f"hook checks removed in the comparison build: {r['checks_removed']} ({what})")
+    print(f"hook None   : {r['ns_per_message_hook_none']:8.0f} {unit}{per}")
+    print(f"no checks   : {r['ns_per_message_no_checks']:8.0f} {unit}")
+    print(f"difference  : {r['difference_ns']:+8.0f} {unit} ({r['difference_pct']:+.1f}%)")
     print(f"noise (sd)  : {r['noise_ns']:8.0f} ns between trials of the same code")
     print("verdict     : " + ("within noise" if r["within_noise"] else "ABOVE noise (2 sd)"))
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from .bench_hook import measure, stripped_endpoint_module, stripped_ring_module, stripped_waiting_module
+from .bench_hook import (measure, measure_arena, stripped_arena_module, stripped_endpoint_module, stripped_ring_module,
+                         stripped_waiting_module)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,6 +53,25 @@ def test_stripped_endpoint_removes_every_hook_check():
     assert ns["WriterEndpoint"].__init__.__globals__["RingWriter"] is not ring.RingWriter  # built on the stripped ring
 
 
+def test_stripped_arena_removes_every_hook_check():
+    ns, removed = stripped_arena_module()
+    import inspect
+
+    from ringcast import arena
+
+    actions = inspect.getsource(arena).count("# Spec: ")
+    assert actions == removed == 8  # ArenaClaim .. ArenaPublish, ArenaReclaimDead, ArenaFallback, ArenaRelease
+    for cls in ("ArenaWriter", "ArenaReader"):
+        for name, fn in vars(ns[cls]).items():
+            if callable(fn) and name.startswith("_arena_"):
+                assert "_steps" not in fn.__code__.co_names, name
+
+
 def test_bench_runs():
     r = measure(iterations=2000, trials=3)
     assert r["ns_per_message_hook_none"] > 0 and r["ns_per_message_no_checks"] > 0
+
+
+def test_arena_bench_runs():
+    r = measure_arena(iterations=500, trials=3)
+    assert r["checks_removed"] == 8 and r["ns_per_message_hook_none"] > 0 and r["ns_per_message_no_checks"] > 0
