@@ -81,6 +81,23 @@ def test_reader_dying_with_a_view_has_its_slot_reclaimed(pool):
         run.close()
 
 
+def test_run_stopped_inside_a_release_leaves_a_working_pool(pool):
+    """A reader stopped while blocked in a view's finalizer (its ArenaRelease, nested in another
+    step) unwinds: the command is not lost inside the finalizer, and the next run works."""
+    for _ in range(2):
+        run = ArenaRun(pool, n_local=1, objs=[arena_array(1, 1000), 7], max_chunks=2, slots=1)
+        pids = [w.pid for w in pool.workers]
+        try:
+            w, r0 = run.writer, run.procs[0]
+            _until(run, w, lambda run: w.pending is None)
+            _until(run, r0, _delivered(r0, 1))
+            run.drop(r0, 1)
+            assert r0.pending == ("ArenaRelease", 0, None), run.schedule
+        finally:
+            run.close()
+        assert [w.pid for w in pool.workers] == pids  # stopped, not replaced after a 20 s silence
+
+
 def test_known_no_reclaim_counterexample(pool):
     run = _dead_holder_run(pool, "no_reclaim")
     try:

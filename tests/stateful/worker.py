@@ -297,11 +297,15 @@ class Worker:
         self.interrupted = None
         if self.mq is not None:
             mq, self.mq = self.mq, None
+            ar = getattr(getattr(mq, "_unpickler", None), "arena", None)
             try:
                 mq.close()
             except BufferError:  # a memoryview held by an unwound frame: collect it and retry
                 gc.collect()
                 mq.close()
+            if ar is not None and ar.held:  # a release interrupted in its hook never ran: unmap anyway
+                ar.held.clear()
+                ar.arena.close()
         if self.ring is not None:
             ring, self.ring = self.ring, None
             try:
