@@ -28,8 +28,8 @@ After every step:
   saw: at its last look at each slot, some holder was alive at its look for dead readers (at the
   look at the slot, when it made none).
 
-At the end (:meth:`ArenaRun.check_complete`) every live reader has delivered every message in
-order (pool.QueueRun's checks), then drops what it keeps; every slot must then be released by
+At the end (:meth:`ArenaRun.check_complete`) every live reader has delivered every message
+(each checked in order and content as it arrived, pool.QueueRun), then drops what it keeps; every slot must then be released by
 every live reader, and the writer's ``statistics()`` must count exactly the model's fallbacks,
 placements (``arena_hits``) and reclaimed dead readers.
 """
