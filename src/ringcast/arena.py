@@ -327,5 +327,5 @@ def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str) -> A
 
 def reader_arena(handle, r: int) -> ArenaReader | None:
     """Local reader ``r``'s side of the arena named in the queue's handle (None: no arena)."""
-    h = getattr(handle, "tensor_arena", None)
+    h = handle.tensor_arena
     return None if h is None else ArenaReader(TensorArena.attach(h), r)

@@ -164,7 +164,7 @@ class Unpickler:
             if self.arena is None:
                 raise PayloadError(
                     f"{self.describe()} got a message with {nbuf} buffer(s) in the writer's tensor arena but has no arena: "
-                    "its handle lacks the writer's tensor_arena attribute; pass the handle from export_handle() unchanged"
+                    "its handle's tensor_arena is None; pass the handle from export_handle() unchanged"
                 )
         main = view[off : off + main_len]
         off += main_len

@@ -20,7 +20,7 @@ from .errors import HandleError
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
-HANDLE_VERSION = 2  # 2: the subscription secret (topic)
+HANDLE_VERSION = 3  # 2: the subscription secret (topic); 3: the tensor arena
 READY = b"READY"
 
 
@@ -39,6 +39,8 @@ class Handle:
     remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
     #: The subscription secret: the writer's sockets admit only subscribers presenting it.
     topic: bytes | None = None
+    #: The tensor arena's segment (``TensorArena.handle()``) when the writer has one, else None.
+    tensor_arena: tuple | None = None
     version: int = HANDLE_VERSION
 
 

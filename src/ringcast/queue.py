@@ -150,9 +150,8 @@ class MessageQueue:
             n_reader=n_reader,
             remote_curve_keys=curve_keys,
             topic=topic,
+            tensor_arena=None if self._arena is None else self._arena.arena.handle(),
         )
-        #: the tensor arena's segment (an attribute, not a Handle field: pickled with the handle)
-        self.handle.tensor_arena = None if self._arena is None else self._arena.arena.handle()
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
