@@ -78,6 +78,7 @@ ArenaClaim ==
     /\ UNCHANGED <<written, released, data, msg, log, got, views, alive, badFallback>>
 
 \* No free slot: the message takes the normal path (counted in statistics()).
+\* arena.py::ArenaWriter._arena_fallback
 ArenaFallback ==
     /\ wpc = "claim" /\ msg <= M
     /\ \A s \in Slots : ~Free(s)
