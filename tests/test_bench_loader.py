@@ -119,3 +119,20 @@ def test_memcpy_baseline_copies_the_pickled_message():
     case = next(c for c in all_cases(quick=True) if c.name == "hot/blob64k/1r")
     st = _memcpy_batch(case, make_payload("blob64k"))
     assert 0 < st["p50_us"] <= st["p99_us"]
+
+
+def test_payloads_larger_than_a_transports_capacity_are_skipped():
+    """The floor's mailbox holds 4 MiB: a case above it is skipped, not an error that drops the
+    floor for every later case (it used to: 'mmap slice assignment is wrong size')."""
+    from ringcast.bench import runner
+    from ringcast.bench.transports import make_writer
+
+    class G:
+        writer = make_writer("floor", None, None)
+
+    sizes: dict = {}
+    big = next(c for c in all_cases(quick=True) if c.payload == "dict1m")
+    assert runner._fits(G, big, make_payload("dict1m"), sizes)
+    over = type(big)("blob5m", 1, "hot", 1)
+    assert not runner._fits(G, over, b"x" * (5 << 20), sizes) and sizes["blob5m"] > 5 << 20
+    assert runner._fits(type("H", (), {"writer": make_writer("pipe", None, None)}), over, b"x" * (5 << 20), sizes)

@@ -76,6 +76,17 @@ def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
         conn.close()
 
 
+def _fits(g: "_Group", case: Case, payload, sizes: dict) -> bool:
+    """Does the case's message fit the transport (its writer's ``capacity``, None: no limit)?
+    ``sizes`` caches the pickled size per payload name."""
+    cap = getattr(g.writer, "capacity", None)
+    if cap is None:
+        return True
+    if case.payload not in sizes:
+        sizes[case.payload] = len(pickle.dumps(("d", 0, 0, payload), protocol=5))
+    return sizes[case.payload] <= cap
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -267,6 +278,7 @@ def run_bench(
     raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
     errors: list[str] = []
     payloads: dict[str, object] = {}
+    sizes: dict[str, int] = {}  # pickled size per payload, for transports with a capacity
     t_start = time.monotonic()
 
     def say(msg: str) -> None:
@@ -303,7 +315,7 @@ def run_bench(
                             raw[case.name].setdefault(name, []).append(_BASELINES[name](case, payload))
                             continue
                         g = groups.get(name)
-                        if g is None:
+                        if g is None or not _fits(g, case, payload, sizes):
                             continue
                         try:
                             raw[case.name].setdefault(name, []).append(g.batch(case, payload))

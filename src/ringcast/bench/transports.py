@@ -25,7 +25,11 @@ way an application would use it):
   copy in, one ``pickle.loads`` out. It answers "how close to pickle can pure Python get?".
   It only runs where the writer and every reader can each have a CPU (busy-spinning readers on
   shared cores measure the scheduler, not a floor), and its readers nap after ~20 ms without a
-  message so that they do not slow down the transports measured between its batches.
+  message so that they do not slow down the transports measured between its batches. Its
+  mailbox holds 4 MiB (``capacity``): larger payloads (``tensor64m``) are not run on it.
+
+A writer's ``capacity`` (bytes of ``pickle.dumps`` of a message; None: no limit) is the largest
+message it takes; the runner skips cases above it.
 """
 
 from __future__ import annotations
@@ -304,6 +308,7 @@ _FLOOR_CAP = 4 << 20  # payload capacity of the floor mailbox (the 1 MiB cases f
 
 class _FloorWriter:
     name = "floor"
+    capacity = _FLOOR_CAP
 
     def prepare(self, n: int):
         from ..shm import Segment
