@@ -363,7 +363,7 @@ class MessageQueue:
                 yield view
 
     # -- reading ---------------------------------------------------------------------------------
-    def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list[bytes]:
+    def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list:
         frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout, False)
         self._overflows += 1
         return frames
