@@ -136,3 +136,34 @@ def test_payloads_larger_than_a_transports_capacity_are_skipped():
     over = type(big)("blob5m", 1, "hot", 1)
     assert not runner._fits(G, over, b"x" * (5 << 20), sizes) and sizes["blob5m"] > 5 << 20
     assert runner._fits(type("H", (), {"writer": make_writer("pipe", None, None)}), over, b"x" * (5 << 20), sizes)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_groups_not_being_measured_are_stopped():
+    """The runner stops (SIGSTOP) the readers of every transport it is not measuring, so idle
+    spinning readers (vLLM's use a core each) cannot take the CPU from the one it measures; a
+    stopped group measures again once continued, and closes cleanly from either state."""
+    import multiprocessing as mp
+
+    from ringcast.bench import runner
+
+    ctx = mp.get_context("spawn")
+    a, b = runner._Group("pipe", 1, ctx), runner._Group("ringcast", 1, ctx)
+    try:
+        case = next(c for c in all_cases(quick=True) if c.name == "hot/sched256/1r")
+        runner._run_only({"pipe": a, "ringcast": b}, a)
+        assert _state(b.procs[0].pid) == "T" and _state(a.procs[0].pid) != "T"
+        assert a.batch(case, make_payload("sched256"))["p50_us"] > 0
+        runner._run_only({"pipe": a, "ringcast": b}, b)
+        assert _state(a.procs[0].pid) == "T" and _state(b.procs[0].pid) != "T"
+        assert b.batch(case, make_payload("sched256"))["p50_us"] > 0
+        runner._run_only({"pipe": a, "ringcast": b}, None)
+        assert {_state(g.procs[0].pid) for g in (a, b)} == {"T"}
+    finally:
+        a.close()  # continues its readers first, then stops them
+        b.close()
+    assert not any(p.is_alive() for g in (a, b) for p in g.procs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -87,6 +88,24 @@ def _fits(g: "_Group", case: Case, payload, sizes: dict) -> bool:
     return sizes[case.payload] <= cap
 
 
+def _proc_state(pid: int) -> str:
+    """The state letter of ``pid`` in /proc ("T": stopped, "Z": exited), "X" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def _run_only(groups: dict, g: "_Group | None") -> None:
+    """Let only ``g``'s readers run (None: none), see :meth:`_Group.pause`."""
+    for other in groups.values():
+        if other is not g:
+            other.pause(True)
+    if g is not None:
+        g.pause(False)
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -101,6 +120,7 @@ class _Group:
         self.name = name
         self.n = n
         self.seq = 0
+        self.paused = False
         self.procs: list = []
         self.conns: list = []
         self.writer = make_writer(name, spin, vllm_loader)
@@ -123,6 +143,25 @@ class _Group:
         except BaseException:
             self.close()
             raise
+
+    def pause(self, paused: bool) -> None:
+        """Stop (SIGSTOP) or continue (SIGCONT) this group's reader processes. The runner keeps
+        every group but the one it measures stopped: idle readers of some transports spin (vLLM's
+        use a whole core each while nothing arrives), and on 2 cores they would take the CPU
+        from the transport being measured, differently from run to run."""
+        if paused == self.paused:
+            return
+        live = [p.pid for p in self.procs if p.is_alive()]
+        for pid in live:
+            os.kill(pid, signal.SIGSTOP if paused else signal.SIGCONT)
+        deadline = time.monotonic() + 10.0
+        for pid in live:  # signals arrive asynchronously: return once each reader is (un)stopped
+            while time.monotonic() < deadline:
+                state = _proc_state(pid)
+                if state in ("X", "Z") or (state == "T") == paused:
+                    break
+                os.sched_yield()
+        self.paused = paused
 
     def _wait_acks(self, seq: int, deadline: float) -> None:
         ack = self.ack
@@ -198,6 +237,7 @@ class _Group:
         return out
 
     def close(self) -> None:
+        self.pause(False)
         try:
             if all(p.is_alive() for p in self.procs) and self.procs:
                 self.writer.send(("stop",))
@@ -293,6 +333,7 @@ def run_bench(
                 if name == "floor" and n + 1 > _cpus():
                     continue  # see transports.py: a floor only where every process has a CPU
                 say(f"starting {name} with {n} reader(s)")
+                _run_only(groups, None)
                 try:
                     g = _Group(name, n, ctx, spin, vllm_loader)
                     groups[name] = g
@@ -312,11 +353,13 @@ def run_bench(
                         order[len(order) // 2 : len(order) // 2] = list(_BASELINES)
                     for name in order:
                         if name in _BASELINES:
+                            _run_only(groups, None)
                             raw[case.name].setdefault(name, []).append(_BASELINES[name](case, payload))
                             continue
                         g = groups.get(name)
                         if g is None or not _fits(g, case, payload, sizes):
                             continue
+                        _run_only(groups, g)
                         try:
                             raw[case.name].setdefault(name, []).append(g.batch(case, payload))
                         except Exception as e:
