@@ -178,6 +178,15 @@ class ArenaWriter:
                 buf[m + 1 : m + a.stride] = self._released
                 self.hits -= 1
 
+    def publish(self, publish, chunk, timeout: float | None, slots: list) -> None:
+        """``publish(chunk, timeout, None)``: a ring chunk naming ``slots``. If publishing fails
+        (timeout, shutdown), no reader can have seen the slots: they are given back."""
+        try:
+            publish(chunk, timeout, None)
+        except BaseException:
+            self.unplace(slots)
+            raise
+
     def _find_free(self, taken: list) -> int:
         a = self.arena
         for attempt in (0, 1):

@@ -330,7 +330,7 @@ class MessageQueue:
                 if slots is None:
                     ep.publish(chunk, timeout, overflow)
                 else:
-                    self._publish_with_slots(ep, chunk, timeout, slots)
+                    self._arena.publish(ep.publish, chunk, timeout, slots)
                 if overflow is not None:
                     self._overflows += 1
             if self.n_remote_reader > 0:
@@ -339,15 +339,6 @@ class MessageQueue:
             self._bytes += size
         finally:
             self._busy -= 1
-
-    def _publish_with_slots(self, ep: WriterEndpoint, chunk, timeout: float | None, slots: list) -> None:
-        """Publish a chunk whose buffers are in arena slots; if publishing fails (timeout,
-        shutdown), no reader can have seen the slots: give them back."""
-        try:
-            ep.publish(chunk, timeout, None)
-        except BaseException:
-            self._arena.unplace(slots)
-            raise
 
     @contextmanager
     def acquire_write(self, timeout: float | None = None):
