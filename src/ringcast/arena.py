@@ -74,12 +74,17 @@ class TensorArena:
     def __init__(self, seg: Segment, n_reader: int, n_slots: int, slot_bytes: int) -> None:
         self.seg, self.n_reader, self.n_slots, self.slot_bytes = seg, n_reader, n_slots, slot_bytes
         self.stride = 1 + n_reader
-        self.data_off = -(-(_HEAD_BYTES + n_slots * self.stride) // _PAGE) * _PAGE
+        self.data_off = TensorArena._data_offset(n_reader, n_slots)
         self.buf = memoryview(seg.buf)
 
     @staticmethod
+    def _data_offset(n_reader: int, n_slots: int) -> int:
+        """The first slot's offset: the header and the slots' flags, rounded up to a page."""
+        return -(-(_HEAD_BYTES + n_slots * (1 + n_reader)) // _PAGE) * _PAGE
+
+    @staticmethod
     def size(n_reader: int, n_slots: int, slot_bytes: int) -> int:
-        return -(-(_HEAD_BYTES + n_slots * (1 + n_reader)) // _PAGE) * _PAGE + n_slots * slot_bytes
+        return TensorArena._data_offset(n_reader, n_slots) + n_slots * slot_bytes
 
     @classmethod
     def create(cls, n_reader: int, total_bytes: int, n_slots: int = DEFAULT_SLOTS, kind: str = "auto") -> "TensorArena":
@@ -87,10 +92,7 @@ class TensorArena:
             raise ValueError(f"tensor_arena_bytes={total_bytes} is too small for {n_slots} slots of at least {_PAGE} bytes; "
                              "give at least slots x the largest tensor to share, or 0 for no arena")
         slot_bytes = total_bytes // n_slots // _PAGE * _PAGE
-        try:
-            seg = Segment.create(cls.size(n_reader, n_slots, slot_bytes), kind=kind)
-        except ValueError:  # a Segment without kind="auto"
-            seg = Segment.create(cls.size(n_reader, n_slots, slot_bytes))
+        seg = Segment.create(cls.size(n_reader, n_slots, slot_bytes), kind=kind)
         _HEAD.pack_into(seg.buf, 0, _MAGIC, n_reader, n_slots, slot_bytes)
         return cls(seg, n_reader, n_slots, slot_bytes)
 
