@@ -64,8 +64,6 @@ def check_fd_headroom(need: int = FDS_NEEDED) -> None:
     except (ImportError, OSError):  # pragma: no cover - non-Linux
         return
     if soft != resource.RLIM_INFINITY and soft - used < need:
-        import errno
-
         raise OSError(
             errno.EMFILE,
             f"a MessageQueue needs about {need} free file descriptors, but {used} of RLIMIT_NOFILE={soft} are in "
@@ -77,14 +75,12 @@ def check_fd_headroom(need: int = FDS_NEEDED) -> None:
 def default_ip() -> str:
     """The address other nodes reach us at: the source address of a route to a public address
     (a UDP connect sends no packet), else the hostname's address."""
-    for family, probe in ((_socket.AF_INET, ("10.255.255.255", 1)),):
-        try:
-            with _socket.socket(family, _socket.SOCK_DGRAM) as s:
-                s.connect(probe)
-                return s.getsockname()[0]
-        except OSError:
-            pass
-    return _socket.gethostbyname(_socket.gethostname())
+    try:
+        with _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+    except OSError:
+        return _socket.gethostbyname(_socket.gethostname())
 
 
 def tcp_endpoint(ip: str, port: str | int) -> str:
@@ -120,17 +116,26 @@ def _sweep(base: str) -> None:
     except OSError:
         return
     for e in entries:
-        parts = e.name.split("-")
-        if not e.name.startswith(IPC_DIR_PREFIX) or len(parts) != 4 or not (parts[1].isdigit() and parts[2].isdigit()):
+        writer = _dir_writer(e.name)
+        if writer is None:
             continue
         try:
             st = e.stat(follow_symlinks=False)
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not process_alive(int(parts[1]), int(parts[2])):
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not process_alive(*writer):
             path = os.path.join(e.path, IPC_SOCKET)
             if not _listening(path):  # a writer in another PID namespace sharing this dir may be alive
                 remove_local(path)
+
+
+def _dir_writer(name: str) -> tuple[int, int] | None:
+    """``(pid, start time)`` of the writer that made the socket directory ``name``
+    (``ringcast-<pid>-<start time>-<random>``, :func:`local_address`), or None if it is not one."""
+    parts = name.split("-")
+    if not name.startswith(IPC_DIR_PREFIX) or len(parts) != 4 or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[1]), int(parts[2])
 
 
 def _listening(path: str) -> bool:
@@ -270,10 +275,10 @@ def reachable_ipc(path: str) -> str:
     host's PIDs, ``unshare --mount``), where ``path`` names nothing or another file. Then it
     reaches the file through ``/proc/<writer pid>/root`` (the writer's pid is in the socket
     directory's name). ``path`` itself is kept wherever it is the writer's file."""
-    parts = os.path.basename(os.path.dirname(path)).split("-")
-    if not os.path.isabs(path) or len(parts) != 4 or f"{parts[0]}-" != IPC_DIR_PREFIX or not parts[1].isdigit():
+    writer = _dir_writer(os.path.basename(os.path.dirname(path)))
+    if not os.path.isabs(path) or writer is None:
         return path
-    via_root = f"/proc/{parts[1]}/root{path}"
+    via_root = f"/proc/{writer[0]}/root{path}"
     try:
         theirs = os.stat(via_root)
     except OSError:  # another PID namespace, or the writer is gone: connect() tells
