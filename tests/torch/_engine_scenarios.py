@@ -122,6 +122,10 @@ def _big(worker):
     return bytes([worker.rank]) * (2 * MIB)
 
 
+def _nothing(worker):
+    return None
+
+
 def _rank_and(worker, x):
     return (worker.rank, x)
 
@@ -135,6 +139,7 @@ def run_workers(rank, world, writer_rank):
         got = d.run_workers("whoami", 1, "a", scale=10, flag=True)
         assert got == [(r * 10, (1, "a"), {"flag": True}) for r in range(world)], got
         assert d.run_workers(_rank_and, 5) == [(r, 5) for r in range(world)]
+        assert d.run_workers(_nothing) == [None] * world  # None is an answer, not a missing one
         bad = (writer_rank + 1) % world
         got = d.run_workers("fail_here", [bad])
         for r in range(world):

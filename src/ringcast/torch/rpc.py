@@ -66,9 +66,9 @@ def _reply_queues(g: GroupBase, timeout: float | None, connect_ip: str | None = 
             handle = mine.export_handle()
         except Exception as e:  # noqa: BLE001 - reported to every rank
             err = e
-    handles = og.all_gather_obj(handle)
     out = {}
     try:
+        handles = og.all_gather_obj(handle)
         if g.is_writer:
             try:
                 for r, h in enumerate(handles):
@@ -87,10 +87,13 @@ def _reply_queues(g: GroupBase, timeout: float | None, connect_ip: str | None = 
     except BaseException:
         for q in out.values():
             q.close()
-        if mine is not None and g.rank not in out:
+        if mine is not None and g.rank not in out:  # the gather failed before mine was in out
             mine.close()
         raise
     return out
+
+
+_MISSING = object()  # Driver._answer: no answer before the deadline
 
 
 class Driver:
@@ -147,7 +150,7 @@ class Driver:
         missing = []
         for r, q in sorted((self._replies or {}).items()):
             got = self._answer(q, deadline)
-            if got is None:
+            if got is _MISSING:
                 missing.append(r)
             else:
                 results[r] = got
@@ -164,13 +167,13 @@ class Driver:
 
     def _answer(self, q, deadline):
         """The answer to call ``self.seq`` from one reply queue (older answers are dropped);
-        None when ``deadline`` passes first."""
+        :data:`_MISSING` when ``deadline`` passes first (None is a method's answer like any other)."""
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 seq, ok, value = q.dequeue(timeout=left)
             except RingTimeoutError:
-                return None
+                return _MISSING
             if seq == self.seq:
                 return value
 
