@@ -199,7 +199,6 @@ def _run_steps(n: int, hooked: bool) -> dict:
         mq.wait_until_ready(timeout=60)
         payload = make_payload("sched256")
         now = time.perf_counter_ns
-        setter = None
         rec: list = []
         setter = _install(rec, now) if hooked else None
         ops, totals = [], []

@@ -210,7 +210,7 @@ def _record_trace(args, progress) -> bool:
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    levels = []  # (verdict line, ok)
+    levels = []  # each level's ok
     for level, count, record, check, path, against in (
         ("ring-level", n, lambda: record_runs(n, seed=args.trace_seed), validate, out, "spec/Ring.tla"),
         ("MessageQueue-level", nq, lambda: record_queue_runs(nq, seed=args.trace_seed), validate_queue, qout,

@@ -224,11 +224,9 @@ class _Group:
         out["reader_cpu_max"] = max(cpu) if cpu else None
         out["reader_cpu_mean"] = sum(cpu) / len(cpu) if cpu else None
         if case.mode in ("hot", "idle"):
-            lat = sorted(x for r in res for x in r["lat"])
-            out["p50_us"] = lat[len(lat) // 2] / 1e3
-            out["p99_us"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3
+            out.update(_lat_stats([x for r in res for x in r["lat"]]))
             if enq:
-                out["enqueue_p50_us"] = sorted(enq)[len(enq) // 2] / 1e3
+                out["enqueue_p50_us"] = _lat_stats(enq)["p50_us"]
         elif case.mode == "flood":
             last = max(r["t_last"] or t0 for r in res)
             if any(r["count"] != case.count for r in res):

@@ -106,11 +106,9 @@ def _child(p: int, NR: int, N: int, objs: tuple, lock, counter, seed: int, timeo
                 if got != obj:
                     raise RecordError(f"reader {p} delivered {got[:16]!r}... as message {m}, the writer sent {obj[:16]!r}...")
         st.finish()
-        set_step_hook(None)
         conn.send(("done",))
         conn.recv()  # ("exit",): stay until every process is done (a reader's idle check looks at the writer)
     except BaseException:  # noqa: BLE001 - reported to the parent
-        set_step_hook(None)
         report_failure(st, lock, conn)
     finally:
         set_step_hook(None)

@@ -77,10 +77,6 @@ def tlc_missing() -> str | None:
     return f"{', '.join(missing)} missing from the installed package" if missing else None
 
 
-def have_tlc() -> bool:
-    return tlc_missing() is None
-
-
 # -- TLA+ text ------------------------------------------------------------------------------------
 def _v(x) -> str:
     if isinstance(x, bool):
