@@ -40,21 +40,17 @@ def process_start_time(pid: int | None = None) -> int:
 def process_alive(pid: int, start: int) -> bool:
     if pid <= 0:
         return False
-    st = _proc_stat(pid)
-    if st is None:
-        if os.path.isdir("/proc/self"):
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    if creator_problem(pid, start) is None:
         return True
-    state, started = st
-    if state in ("Z", "X", "x"):
+    if os.path.isdir("/proc/self"):  # /proc answered: gone, a zombie, or the pid reused
         return False
-    return start == 0 or started == start
+    try:  # no /proc at all: the pid alone is all we can check
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def creator_problem(pid: int, start: int) -> str | None:
