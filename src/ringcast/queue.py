@@ -121,8 +121,7 @@ class MessageQueue:
                 self.buffer.register_writer()
                 ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     send_overflow=_weak(self._send_overflow))
-                self._side = WriterSide(self.buffer, ep, self.policy, local_reader_ranks, bool(evict_dead_readers))
-                ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
+                self._side = WriterSide(ep, local_reader_ranks, bool(evict_dead_readers))
                 self._endpoint = ep
                 if tensor_arena_bytes:
                     self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
@@ -210,8 +209,7 @@ class MessageQueue:
                 self._unpickler.arena = reader_arena(handle, local)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
                                     recv_overflow=_weak(self._recv_overflow))
-                self._side = ReaderSide(self._role(), self.buffer, ep, self.policy, local)
-                ep.on_timeout, ep.on_idle = self._side.timeout, self._side.idle
+                self._side = ReaderSide(self._role(), ep)
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = ep
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)

@@ -2,8 +2,9 @@
 the ring takes long: timeouts, dead peers, eviction, the long-wait log), its wait policy, and the
 statistics of a side.
 
-A :class:`WriterSide` / :class:`ReaderSide` is given to the side's endpoint as its ``on_timeout``
-and ``on_idle`` callbacks (:mod:`ringcast.endpoint`); it holds the endpoint weakly, so a queue
+A :class:`WriterSide` / :class:`ReaderSide` is made for the side's endpoint and installs itself as
+its ``on_timeout`` and ``on_idle`` callbacks (:mod:`ringcast.endpoint`); it takes the ring and the
+wait policy from the endpoint and holds the endpoint weakly, so a queue
 and its endpoint are freed as soon as the queue is dropped. A remote reader never waits on the
 ring and has no such object.
 """
@@ -97,14 +98,16 @@ def wait_policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> W
 
 
 class _Side:
-    """What both local sides share: the ring, the endpoint (weakly), the long-wait log."""
+    """What both local sides share: the ring, the endpoint (weakly), the long-wait log. Made for
+    an endpoint, it becomes that endpoint's ``on_timeout`` and ``on_idle``."""
 
-    def __init__(self, role: str, buffer, endpoint, policy: WaitPolicy) -> None:
+    def __init__(self, role: str, endpoint) -> None:
         self.role = role
-        self.buffer = buffer
+        self.buffer = endpoint.ring
+        self.policy = endpoint.waiter.policy
         self._ep = weakref.proxy(endpoint)
-        self.policy = policy
         self.warned_at = 0.0
+        endpoint.on_timeout, endpoint.on_idle = self.timeout, self.idle
 
     def log_long_wait(self, waited: float, detail: str) -> None:
         if waited >= self.warned_at + self.policy.warn_interval:
@@ -116,8 +119,8 @@ class WriterSide(_Side):
     """The writer's diagnostics: which readers hold the chunk it waits for (by index and rank),
     dead readers (raise, or evict with ``evict``)."""
 
-    def __init__(self, buffer, endpoint, policy: WaitPolicy, local_reader_ranks: list[int], evict: bool) -> None:
-        super().__init__("writer", buffer, endpoint, policy)
+    def __init__(self, endpoint, local_reader_ranks: list[int], evict: bool) -> None:
+        super().__init__("writer", endpoint)
         self.local_reader_ranks = local_reader_ranks
         self.evict = evict
         self.evictions = 0
@@ -155,9 +158,9 @@ class WriterSide(_Side):
 class ReaderSide(_Side):
     """A local reader's diagnostics: evicted by the writer, a dead writer, the chunk it waits for."""
 
-    def __init__(self, role: str, buffer, endpoint, policy: WaitPolicy, r: int) -> None:
-        super().__init__(role, buffer, endpoint, policy)
-        self.r = r
+    def __init__(self, role: str, endpoint) -> None:
+        super().__init__(role, endpoint)
+        self.r = endpoint.r
 
     def timeout(self, waited: float) -> RingTimeoutError:
         i = self._ep.index
