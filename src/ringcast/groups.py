@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from .errors import RingcastError
 from .shm import Segment, can_attach
 
-__all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queue_for"]
+__all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queue_for", "check_writer_rank"]
 
 logger = logging.getLogger("ringcast")
 
@@ -195,6 +195,12 @@ def queue_for(group, writer_rank: int | None = None):
     return None
 
 
+def check_writer_rank(writer_rank, world: int) -> None:
+    """``writer_rank`` is a rank of a group of ``world`` members (else ValueError saying so)."""
+    if isinstance(writer_rank, bool) or not isinstance(writer_rank, int) or not 0 <= writer_rank < world:
+        raise ValueError(f"writer_rank must be a group rank in [0, {world}), got {writer_rank!r}")
+
+
 def queue_from_group(
     queue_cls,
     group,
@@ -225,8 +231,7 @@ def queue_from_group(
     rank, world = g.rank, g.world_size
     if rank < 0:
         raise ValueError("this process is not a member of the group; only members call create_from_process_group()")
-    if isinstance(writer_rank, bool) or not isinstance(writer_rank, int) or not 0 <= writer_rank < world:
-        raise ValueError(f"writer_rank must be a group rank in [0, {world}), got {writer_rank!r}")
+    check_writer_rank(writer_rank, world)
     if world < 2:
         raise ValueError("a MessageQueue needs at least one reader: the group has a single member (skip the queue, there is nobody to broadcast to)")
     is_writer = rank == writer_rank

@@ -100,6 +100,7 @@ def _devices(pg, kind: str) -> frozenset:
 
 
 _NESTABLE = (dict, list, tuple, set, frozenset)
+_DESCEND = (torch.Tensor, *_NESTABLE)  # what nested_device_tensor looks into or at
 _PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
 
 
@@ -120,7 +121,7 @@ def nested_device_tensor(value, where: str):
             continue  # a long run of plain scalars (one pass in C): nothing inside
         items = v.items() if isinstance(v, dict) else enumerate(v)
         for k, x in items:
-            if type(x) not in _PLAIN and isinstance(x, (torch.Tensor, *_NESTABLE)):
+            if type(x) not in _PLAIN and isinstance(x, _DESCEND):
                 stack.append((x, f"{path}[{k!r}]"))
     return None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..groups import as_object_group, queue_from_group
+from ..groups import as_object_group, check_writer_rank, queue_from_group
 from ..queue import MessageQueue
 from .errors import BroadcastError
 
@@ -82,8 +82,7 @@ class GroupBase:
         if self.rank < 0:
             raise ValueError("this process is not a member of cpu_group")
         self.ranks = dist.get_process_group_ranks(cpu_group)
-        if isinstance(writer_rank, bool) or not isinstance(writer_rank, int) or not 0 <= writer_rank < self.world_size:
-            raise ValueError(f"writer_rank must be a group rank in [0, {self.world_size}), got {writer_rank!r}")
+        check_writer_rank(writer_rank, self.world_size)
         self.writer_rank = writer_rank
         if device is None:
             wants_cuda = (device_group is not None or self.stage) and torch.cuda.is_available()
