@@ -381,12 +381,13 @@ def _open_floor_reader(name: str, index: int, n_hint=None):
     return recv, close
 
 
-TRANSPORTS = {"floor": _FloorWriter, "ringcast": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "torch": _TorchWriter, "vllm": _VllmWriter}
+TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _ArenaWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter,
+              "torch": _TorchWriter, "vllm": _VllmWriter}
 
 
 def available(vllm_loader: str | None = None) -> dict:
     """Transports usable here (without importing torch or vLLM; a ``vllm_loader`` is loaded)."""
-    out = {"ringcast": _RingcastWriter, "arena": _ArenaWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter}
+    out = {n: t for n, t in TRANSPORTS.items() if n not in ("torch", "vllm")}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if vllm_loader is not None:
@@ -400,12 +401,10 @@ def available(vllm_loader: str | None = None) -> dict:
 def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = None):
     """``spin``: the ringcast wait policy's spin budget (None: library default); ``vllm_loader``:
     see :func:`load_message_queue_class` (None: an installed vLLM)."""
-    if name == "ringcast":
-        return _RingcastWriter(spin)
-    if name == "arena":
-        return _ArenaWriter(spin)
     if name == "vllm":
         return _VllmWriter(spin, vllm_loader)
+    if name in ("ringcast", "arena"):
+        return TRANSPORTS[name](spin)
     return TRANSPORTS[name]()
 
 
