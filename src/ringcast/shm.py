@@ -31,7 +31,7 @@ import secrets
 import stat
 import sys
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import HandleError, ShmSpaceError
 from .headroom import fmt_bytes, memory_error, memory_headroom
@@ -214,9 +214,10 @@ class Segment:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if not _is_int(size, 1):
             raise ValueError(f"segment size must be a positive int, got {size!r}")
-        if kind == "posix" or (kind == "auto" and not memfd_available()):
+        memfd = kind != "posix" and memfd_available()
+        if kind == "posix" or (kind == "auto" and not memfd):
             return cls._create_posix(size, prefix, shm_dir, register)
-        if not memfd_available():
+        if not memfd:
             raise OSError(errno.ENOSYS, "kind='memfd' needs Linux memfd_create with sealing and a mounted /proc; use kind='posix'")
         try:
             return cls._create_memfd(size)
@@ -318,7 +319,7 @@ class Segment:
             os.close(fd)
         self = object.__new__(cls)
         self.kind, self.buf, self.size, self.created = loc.kind, buf, size, False
-        self._locator = Locator(loc.kind, size=size, name=loc.name, pid=loc.pid, start=loc.start, fd=loc.fd, token=loc.token)
+        self._locator = replace(loc, size=size)
         self.name = str(self._locator)
         return self
 
