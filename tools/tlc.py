@@ -289,13 +289,20 @@ LIVENESS_ONCE = ["-lncheck", "final"]
 FINGERPRINT = ["-fp", "0"]
 
 
+# Small models: a serial GC and the C1 JIT only halve TLC's CPU time.
+SMALL_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def tlc_prefix(java: str, jar: Path | str, workers: int, metadir: str, tmpdir: str,
+               jvm: tuple = SMALL_JVM) -> list[str]:
+    """The start of every TLC command line: the JVM, its flags, the jar, workers and metadir."""
+    return [java, *jvm, "-Xmx1g", f"-Djava.io.tmpdir={tmpdir}", "-cp", str(jar), "tlc2.TLC",
+            "-workers", str(workers), "-metadir", metadir]
+
+
 def tlc_command(java: str, jar: Path | str, model: dict, workers: int,
                 metadir: str, tmpdir: str) -> list[str]:
-    # Small models: a serial GC and the C1 JIT only halve TLC's CPU time.
-    cmd = [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx1g",
-           f"-Djava.io.tmpdir={tmpdir}",
-           "-cp", str(jar), "tlc2.TLC",
-           "-workers", str(workers), "-metadir", metadir, *FINGERPRINT]
+    cmd = tlc_prefix(java, jar, workers, metadir, tmpdir) + FINGERPRINT
     if cfg_properties((SPEC_DIR / model["cfg"]).read_text()):
         cmd += LIVENESS_ONCE
     cmd += ["-config", model["cfg"]]

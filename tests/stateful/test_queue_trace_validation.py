@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ringcast._bundled.tools import tlc as driver
 from ringcast.atomics import HAVE_FUTEX
 
 from .pool import QueueRun
@@ -84,9 +85,7 @@ def tlc_verdict(tlc, work: Path) -> tuple[bool, str]:
     """(matched, TLC's output): matched when TLC reaches the end of the trace (NotMatched
     violated) and no other invariant is violated on the way."""
     java, jar = tlc
-    cmd = [str(java), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx1g", f"-Djava.io.tmpdir={work}",
-           "-cp", str(jar), "tlc2.TLC", "-workers", "1", "-deadlock", "-metadir", str(work / "meta"),
-           "-config", "TraceQueue.cfg", "TraceQueue"]
+    cmd = driver.tlc_prefix(str(java), jar, 1, str(work / "meta"), str(work)) + ["-deadlock", "-config", "TraceQueue.cfg", "TraceQueue"]
     out = subprocess.run(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          timeout=300).stdout
     return "Invariant NotMatched is violated" in out, out

@@ -177,8 +177,7 @@ def _copy_spec(workdir: Path, trace_module_name: str) -> None:
 def _tlc(workdir: Path, module: str, timeout: float, workers: int, *extra: str,
          jvm: tuple = ("-XX:+UseParallelGC",)) -> subprocess.CompletedProcess:
     java, jar = find_tlc()
-    cmd = [java, *jvm, "-Xmx1g", f"-Djava.io.tmpdir={workdir}", "-cp", str(jar), "tlc2.TLC",
-           "-workers", str(workers), *extra, "-metadir", str(workdir / "meta"), "-config", f"{module}.cfg", module]
+    cmd = tlc.tlc_prefix(java, jar, workers, str(workdir / "meta"), str(workdir), jvm) + [*extra, "-config", f"{module}.cfg", module]
     return subprocess.run(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
@@ -262,8 +261,7 @@ def check_queue_trace(tr: dict, workdir: Path, *, timeout: float = 300, workers:
     (workdir / "QTraceData.tla").write_text(queue_trace_module(tr["steps"]))
     (workdir / "TraceQueue.cfg").write_text(queue_config(tr["N"], tr["NR"], tr["M"], tr["Big"]))
     # a small search: a JVM that starts fast (C1 only, serial GC) halves TLC's time
-    out = _tlc(workdir, "TraceQueue", timeout, workers, "-deadlock",
-               jvm=("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")).stdout
+    out = _tlc(workdir, "TraceQueue", timeout, workers, "-deadlock", jvm=tlc.SMALL_JVM).stdout
     res = QueueResult(tr.get("label", "MessageQueue run"), len(tr["steps"]), False, output=out)
     errors = re.findall(r"Error: (.*)", out)
     if "Invariant NotMatched is violated" in out:
