@@ -15,8 +15,14 @@ checks, from the assembly:
 
 Which C function each fence point uses is read from the Python code (the ``fence()  # Fk``
 comments and the methods ``_park_announce`` / ``_notify_load_waiters``), so the test follows the
-code if it moves.  A copy of _atomics.c without the F6W fence must fail the check (the check is
-not vacuous).  Skipped where the cross compiler is not installed.
+code if it moves.  A build without the F6W fence (or the F6N fence: the test-only switches
+``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/ringcast_fences.h) must fail the check
+(the check is not vacuous).
+
+The fences themselves live in ringcast_fences.h, shared with the litmus tests of ``ringcast
+stress`` (src/ringcast/_litmus.c): the litmus code is cross-built too (the Python module and the
+standalone program), and its probes of the three primitives must pass the same check, so the Arm
+build of the litmus tests cannot rot.  Skipped where the cross compiler is not installed.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "ringcast"
 C_FILE = SRC / "_atomics.c"
+LITMUS_FILE = SRC / "_litmus.c"
 CC = "aarch64-linux-gnu-gcc"
 ATOMICS = {"fence", "fence_load_u32", "fetch_add_u32", "load_u32"}
 # code generations: GCC's default (outline atomics: a call to __aarch64_ldadd4_acq_rel), LL/SC
@@ -127,14 +134,17 @@ def barrier_problems(fn: str, body: list[str], point: str) -> list[str]:
     return []
 
 
-def check(asm: str, points: dict[str, str]) -> list[str]:
+def check(asm: str, points: dict[str, str], symbols: dict[str, str] | None = None) -> list[str]:
+    """Problems of each fence point's function ({point: _atomics function}); ``symbols`` maps a
+    function to the symbol that holds its code where that is not its own name (the litmus probes)."""
     fns = functions(asm)
     problems = []
     for point, fn in sorted(points.items()):
-        if fn not in fns:
-            problems.append(f"{point}: no function {fn} in the assembly")
+        sym = (symbols or {}).get(fn, fn)
+        if sym not in fns:
+            problems.append(f"{point}: no function {sym} in the assembly")
             continue
-        problems += barrier_problems(fn, fns[fn], point)
+        problems += barrier_problems(fn, fns[sym], point)
     return problems
 
 
@@ -147,14 +157,45 @@ def test_every_fence_point_is_a_full_barrier(variant, tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("point", ["F6W", "F6N"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_a_bare_seq_cst_rmw_fails_the_check(variant, tmp_path):
-    """The check catches the bug it is for: _atomics.c without the fence after the RMW."""
-    src = C_FILE.read_text()
-    fence_after_rmw = re.compile(r"(__atomic_fetch_add\([^;]*;\s*\n)\s*__atomic_thread_fence\(__ATOMIC_SEQ_CST\);[^\n]*\n")
-    assert fence_after_rmw.search(src), "fetch_add_u32 lost its fence after the RMW"
-    broken = tmp_path / "_atomics_no_f6w.c"
-    broken.write_text(fence_after_rmw.sub(r"\1", src, count=1))
-    problems = check(compile_s(broken, VARIANTS[variant], tmp_path), fence_points())
-    assert any(p.startswith("F6W:") for p in problems), problems
-    assert not [p for p in problems if not p.startswith("F6W:")], problems
+def test_a_dropped_fence_fails_the_check(variant, point, tmp_path):
+    """The check catches the bug it is for: _atomics.c built with the fence of F6W (a bare seq_cst
+    RMW) or of F6N compiled out, and nothing else."""
+    asm = compile_s(C_FILE, [*VARIANTS[variant], f"-DRINGCAST_TEST_DROP_{point}"], tmp_path)
+    problems = check(asm, fence_points())
+    assert any(p.startswith(f"{point}:") for p in problems), problems
+    assert not [p for p in problems if not p.startswith(f"{point}:")], problems
+
+
+# ----------------------------------------------------------- litmus tests --
+
+# the litmus module's probes of the three primitives of ringcast_fences.h
+PROBE_POINTS = {"F3": "fence", "F6N": "fence_load_u32", "F6W": "fetch_add_u32"}
+PROBES = {"fence": "probe_fence", "fence_load_u32": "probe_f6n", "fetch_add_u32": "probe_f6w"}
+
+
+def litmus_problems(asm: str) -> list[str]:
+    return check(asm, PROBE_POINTS, PROBES)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("front", ["module", "standalone"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_litmus_code_builds_for_aarch64_on_the_same_fences(variant, front, tmp_path):
+    flags = [*VARIANTS[variant]] + (["-DRINGCAST_LITMUS_STANDALONE"] if front == "standalone" else [])
+    asm = compile_s(LITMUS_FILE, flags, tmp_path)
+    assert not litmus_problems(asm), f"aarch64 ({variant}, {front}):\n  " + "\n  ".join(litmus_problems(asm))
+    broken = compile_s(LITMUS_FILE, [*flags, "-DRINGCAST_TEST_DROP_F6N"], tmp_path)
+    assert [p.split(":")[0] for p in litmus_problems(broken)] == ["F6N"], litmus_problems(broken)
+
+
+def test_no_second_copy_of_a_fence():
+    """Only ringcast_fences.h spells a fence or an atomic RMW; the two extensions include it."""
+    spelled = re.compile(r"__atomic_thread_fence|__sync_\w+|__atomic_fetch_\w+|__atomic_exchange\w*|__atomic_compare\w*|\b(?:__)?asm(?:__)?\b")
+    for c in (C_FILE, LITMUS_FILE):
+        assert '#include "ringcast_fences.h"' in c.read_text(), c.name
+        text = re.sub(r"/\*.*?\*/", "", c.read_text(), flags=re.S)  # comments may name them
+        text = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)  # and strings (the instruction decoder's names)
+        assert not spelled.findall(text), f"{c.name} spells a fence itself: {spelled.findall(text)}"
+    assert "__atomic_thread_fence" in (SRC / "ringcast_fences.h").read_text()

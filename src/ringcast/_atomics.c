@@ -1,15 +1,18 @@
 /* ringcast._atomics: the few machine-level operations the pure-Python ring cannot express.
  *
- * - fence(): a sequentially consistent fence (mfence / dmb ish). CPython has no way to order
- *   plain stores to a shared mapping; see docs/protocol.md, "Fences", for which protocol steps
- *   need it and which TLC model shows what breaks without it.
- * - load_u32 / fetch_add_u32: the eventcount words of the parking protocol (src/ringcast/waiting.py).
- *   fetch_add_u32 is a full fence on every architecture (F6W: ParkAnnounce's increment, then
- *   ParkRecheck's loads). A seq_cst RMW alone is not: on AArch64 it is ldaxr/stlxr (or ldaddal),
- *   and a later plain load may be satisfied before the increment is visible, which loses a
- *   wake-up (spec: park_relaxed_code_no_f6w deadlocks). So the RMW is followed by a seq_cst
- *   thread fence (dmb ish; on x86 the locked RMW already is one, the extra mfence costs ~10 ns on
- *   a path that parks or wakes a sleeper anyway). tests/test_arm_codegen.py checks the assembly.
+ * The primitives themselves (fence, atomics, futex) live in ringcast_fences.h, shared with the
+ * litmus tests of `ringcast stress` (_litmus.c), so what the stress suite tests on a CPU is what
+ * this module runs; this file only wraps them for Python. Which instructions they compile to, and
+ * why F6W is an RMW *and* a fence, is written there.
+ *
+ * - fence(): a sequentially consistent fence (x86-64: `lock orq $0,(%rsp)` with GCC >= 11,
+ *   mfence with older compilers; AArch64: `dmb ish`). CPython has no way to order plain stores to
+ *   a shared mapping; see docs/protocol.md, "Fences", for which protocol steps need it and which
+ *   TLC model shows what breaks without it.
+ * - load_u32 / fence_load_u32 / fetch_add_u32: the eventcount words of the parking protocol
+ *   (src/ringcast/waiting.py): fence_load_u32 is F6N + NotifyLoadWaiters, fetch_add_u32 is the
+ *   seq_cst RMW followed by a full fence (F6W). tests/test_arm_codegen.py checks the AArch64
+ *   assembly of every fence point.
  * - futex_wait / futex_wake: sleep on / wake a 32-bit word in the shared segment. The futex is
  *   process-shared (no FUTEX_PRIVATE_FLAG) because the waiters live in other processes.
  *
@@ -18,19 +21,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
-#include <errno.h>
-#include <time.h>
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "ringcast_fences.h"
 
 static PyObject *
 fence(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    rc_fence();
     Py_RETURN_NONE;
 }
 
@@ -58,7 +54,7 @@ load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (get_addr(args[0], &p) < 0)
         return NULL;
-    return PyLong_FromUnsignedLong(__atomic_load_n(p, __ATOMIC_SEQ_CST));
+    return PyLong_FromUnsignedLong(rc_load_u32(p));
 }
 
 /* fence_load_u32(addr): a full fence, then an atomic load: the notifier's F6N + NotifyLoadWaiters
@@ -73,8 +69,7 @@ fence_load_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (get_addr(args[0], &p) < 0)
         return NULL;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return PyLong_FromUnsignedLong(__atomic_load_n(p, __ATOMIC_SEQ_CST));
+    return PyLong_FromUnsignedLong(rc_fence_load_u32(p));
 }
 
 static PyObject *
@@ -91,8 +86,7 @@ fetch_add_u32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     delta = PyLong_AsLong(args[1]);
     if (delta == -1 && PyErr_Occurred())
         return NULL;
-    old = __atomic_fetch_add(p, (uint32_t)delta, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* F6W: the RMW must be a full fence (see the top) */
+    old = rc_fetch_add_u32(p, (uint32_t)delta); /* F6W: the RMW, then a full fence */
     return PyLong_FromUnsignedLong(old);
 }
 
@@ -105,8 +99,7 @@ futex_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     unsigned long expected;
     double timeout;
     struct timespec ts;
-    long rc;
-    int err;
+    int rc, err;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "futex_wait(addr, expected, timeout)");
         return NULL;
@@ -126,17 +119,11 @@ futex_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     ts.tv_sec = (time_t)timeout;
     ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
     Py_BEGIN_ALLOW_THREADS
-    rc = syscall(SYS_futex, p, FUTEX_WAIT, (uint32_t)expected, &ts, NULL, 0);
+    rc = rc_futex_wait(p, (uint32_t)expected, &ts);
     err = errno;
     Py_END_ALLOW_THREADS
-    if (rc == 0)
-        return PyLong_FromLong(0);
-    if (err == EAGAIN)
-        return PyLong_FromLong(1);
-    if (err == ETIMEDOUT)
-        return PyLong_FromLong(2);
-    if (err == EINTR)
-        return PyLong_FromLong(3);
+    if (rc >= 0)
+        return PyLong_FromLong(rc);
     errno = err;
     return PyErr_SetFromErrno(PyExc_OSError);
 #else
@@ -160,7 +147,7 @@ futex_wake(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     n = PyLong_AsLong(args[1]);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    rc = syscall(SYS_futex, p, FUTEX_WAKE, (int)n, NULL, NULL, 0);
+    rc = rc_futex_wake(p, (int)n);
     if (rc < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     return PyLong_FromLong(rc);

@@ -23,8 +23,9 @@ def _add_stress(sub) -> None:
         description=(
             "Run stress scenarios: one writer (this process) and reader processes (spawned), every message "
             "checked for loss, duplication, reordering and corruption. Prints a summary table and a PASS/FAIL "
-            "verdict; writes summary.json, report.md and PNG plots into --out. The default run takes about a "
-            "minute; --quick about 10-20 seconds (for CI)."
+            "verdict; writes summary.json, report.md and PNG plots into --out. The first scenario, fences, runs C "
+            "litmus tests of the fence primitives on this CPU (--only fences --scale K for a long hunt). The default "
+            "run takes about a minute; --quick about 10-20 seconds (for CI)."
         ),
     )
     p.add_argument("--quick", action="store_true", help="short run for CI (each scenario's quick_duration)")
@@ -39,7 +40,7 @@ def _add_stress(sub) -> None:
     )
     p.add_argument("--builtin", action="store_true", help="with --scenario: also run the built-in scenarios")
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only the named scenario(s); repeatable")
-    p.add_argument("--scale", type=float, default=1.0, metavar="X", help="multiply every duration by X (default 1)")
+    p.add_argument("--scale", type=float, default=1.0, metavar="X", help="multiply every duration (and the fences scenario's iterations) by X (default 1)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
@@ -160,7 +161,9 @@ def _cmd_stress(args) -> int:
         print(f"built-in scenarios: {d if d else '(none found)'}")
         for s in scenarios:
             d, i = s.plan(args.quick, args.scale)
-            print(f"  {s.name:<16} {s.readers}+{s.remote_readers} readers, {d + i:5.1f}s  {s.source}")
+            what = (f"{s.quick_iterations if args.quick else s.iterations} litmus iterations per shape" if s.kind == "fences"
+                    else f"{s.readers}+{s.remote_readers} readers")
+            print(f"  {s.name:<16} {what}, {d + i:5.1f}s  {s.source}")
             print(f"    {s.stresses}")
         return 0
     if args.scale <= 0:

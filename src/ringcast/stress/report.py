@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+from .fences import fences_lines, fences_markdown
 from .stats import LatencyHistogram, fmt_bytes, fmt_rate
 
 __all__ = ["summary_table", "write_outputs", "write_json", "write_markdown", "write_plots"]
@@ -23,10 +24,19 @@ def _us(x) -> str:
     return "-" if x is None else (f"{x:.0f}" if x >= 100 else f"{x:.1f}")
 
 
+def _messages(suite: dict) -> list[dict]:
+    """The message-level scenarios (the ``fences`` scenario has its own table)."""
+    return [r for r in suite["scenarios"] if r.get("kind") != "fences"]
+
+
+def _fences(suite: dict) -> list[dict]:
+    return [r for r in suite["scenarios"] if r.get("kind") == "fences"]
+
+
 def _rows(suite: dict) -> tuple[list[str], list[list[str]]]:
     head = ["scenario", "verdict", "readers", "msgs", "msg/s", "MB/s", "p50 us", "p99 us", "p99.9 us", "overflow", "writer CPU", "reader CPU busy", "reader CPU idle", "w waits/parks", "r parks", "recheck"]
     rows = []
-    for r in suite["scenarios"]:
+    for r in _messages(suite):
         lat = r["latency"]
         c = r["config"]
         rd = f"{c['readers']}" + (f"+{c['remote_readers']}r" if c["remote_readers"] else "")
@@ -58,14 +68,17 @@ def _rows(suite: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def summary_table(suite: dict) -> str:
+    out = []
+    for f in _fences(suite):
+        out += fences_lines(f) + [""]
     head, rows = _rows(suite)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    for r in rows:
-        out.append("  ".join(v.ljust(w) for v, w in zip(r, widths)))
-    out.append("")
-    out.append(f"VERDICT: {suite['verdict']}  ({len(suite['scenarios'])} scenarios, {suite['wall_s']:.1f}s)")
+    if rows:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        out += ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+        out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows] + [""]
+    not_run = [f"{r['name']} NOT RUN" for r in suite["scenarios"] if r["verdict"] == "NOT RUN"]
+    out.append(f"VERDICT: {suite['verdict']}  ({len(suite['scenarios'])} scenarios, {suite['wall_s']:.1f}s"
+               f"{'; ' + ', '.join(not_run) if not_run else ''})")
     for r in suite["scenarios"]:
         for what in ("errors", "examples"):
             for e in r[what][:10]:
@@ -100,14 +113,16 @@ def write_markdown(suite: dict, path: Path, plots: list[str], plot_note: str | N
         "while messages flow (busy) and during the scenario's silent period (idle). `w waits/parks`: the writer's "
         "enqueues that found the ring full / kernel sleeps; `r parks`: readers' kernel sleeps, summed.",
         "",
-        _md_table(*_rows(suite)),
-        "",
     ]
+    if _messages(suite):
+        lines += [_md_table(*_rows(suite)), ""]
+    for f in _fences(suite):
+        lines += fences_markdown(f)
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if plot_note:
         lines += [f"_Plots: {plot_note}_", ""]
-    for r in suite["scenarios"]:
+    for r in _messages(suite):
         c = r["config"]
         lines += [f"## {r['name']} - {r['verdict']}", "", r["description"], "", f"*Stresses:* {r['stresses']}", ""]
         lines.append(
@@ -161,8 +176,10 @@ def write_plots(suite: dict, out: Path) -> tuple[list[str], str | None]:
         import matplotlib.pyplot as plt
     except Exception as e:  # ImportError, or a broken installation
         return [], f"skipped, matplotlib is not importable ({type(e).__name__}: {e}); pip install 'ringcast[stress]'"
+    if not _messages(suite):
+        return [], "none: no message-level scenario ran"
     files = []
-    scen = [r for r in suite["scenarios"] if r["latency"]["samples"]]
+    scen = [r for r in _messages(suite) if r["latency"]["samples"]]
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in scen:
         xs, ys = LatencyHistogram.from_dict(r["latency_hist"]).cdf()
@@ -177,12 +194,12 @@ def write_plots(suite: dict, out: Path) -> tuple[list[str], str | None]:
     fig.savefig(out / "latency_cdf.png", dpi=90)
     plt.close(fig)
     files.append("latency_cdf.png")
-    n = len(suite["scenarios"])
+    n = len(_messages(suite))
     if n:
         cols = 2 if n > 1 else 1
         rows = (n + cols - 1) // cols
         fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 2.2 * rows), squeeze=False)
-        for k, r in enumerate(suite["scenarios"]):
+        for k, r in enumerate(_messages(suite)):
             ax = axes[k // cols][k % cols]
             bins = r["timeline"]["bins"]
             w = r["timeline"]["bin_s"] or 1.0

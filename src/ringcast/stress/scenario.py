@@ -9,6 +9,11 @@ Keys (all but ``name`` optional):
 
 ``name``, ``description``, ``stresses``
     identification; ``stresses`` says in one sentence what the scenario is meant to break.
+``kind``
+    ``"messages"`` (default: a queue, readers and traffic, the keys below) or ``"fences"`` (the
+    litmus tests of the fence primitives, :mod:`ringcast.stress.fences`; it uses only
+    ``iterations`` / ``quick_iterations`` per shape, ``duration`` / ``quick_duration`` as its
+    planned seconds, of which 15 % go to each futex hunt, and ``timeout``).
 ``readers`` / ``remote_readers``
     local (shared-memory) readers and remote readers (loopback TCP).
 ``max_chunk_bytes``, ``max_chunks``, ``spin``, ``recheck_interval``
@@ -42,6 +47,7 @@ from .. import _bundled as bundled
 __all__ = ["Scenario", "Phase", "load_scenario", "builtin_dir", "builtin_scenarios"]
 
 _PATTERNS = ("flood", "burst", "gap", "rate")
+_KINDS = ("messages", "fences")
 
 
 @dataclass
@@ -78,6 +84,9 @@ class Scenario:
     name: str
     description: str = ""
     stresses: str = ""
+    kind: str = "messages"
+    iterations: int = 1_000_000
+    quick_iterations: int = 200_000
     readers: int = 2
     remote_readers: int = 0
     max_chunk_bytes: int = 1 << 20
@@ -94,6 +103,10 @@ class Scenario:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"scenario {self.name!r}: kind must be one of {_KINDS}, got {self.kind!r}")
+        if self.iterations < 1 or self.quick_iterations < 1:
+            raise ValueError(f"scenario {self.name!r}: iterations and quick_iterations must be >= 1")
         self.phases = [p if isinstance(p, Phase) else Phase(**p) for p in self.phases]
         if not self.phases:
             raise ValueError(f"scenario {self.name!r} has no phases")
