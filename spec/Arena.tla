@@ -22,6 +22,12 @@
 (*                     release)                                            *)
 (*   Evict             the writer, finding no free slot, treats dead       *)
 (*                     readers' flags as released (ArenaReclaimDead)       *)
+(*   Abort             an exception may end the writer's enqueue:          *)
+(*                     "none"; "code" (arena.py: the slots are given back  *)
+(*                     only while the ring chunk naming them is not        *)
+(*                     published); "unplace" (the code before issue 24:    *)
+(*                     also after the ring publish, e.g. a                 *)
+(*                     KeyboardInterrupt in the wake-up that follows it)   *)
 (*   MM                memory model; only "SC" is modelled here: the code  *)
 (*                     orders the slot's stores before the ring's publish  *)
 (*                     with the ring's fences (F7, F3), and the reader's   *)
@@ -29,9 +35,9 @@
 (***************************************************************************)
 EXTENDS Naturals, Sequences, FiniteSets
 
-CONSTANTS NR, S, M, MM, CrashSet, Evict, ReleaseAtDequeue
+CONSTANTS NR, S, M, MM, CrashSet, Evict, ReleaseAtDequeue, Abort
 
-ASSUME MM = "SC"
+ASSUME MM = "SC" /\ Abort \in {"none", "code", "unplace"}
 
 Readers == 0 .. NR - 1
 Slots == 1 .. S
@@ -43,7 +49,8 @@ VARIABLES
     wpc,        \* the writer's step for the current message
     slot,       \* the slot being filled (0: none)
     msg,        \* the message being sent (1 .. M; M + 1: done)
-    log,        \* the ring: slot of each published message (0: normal path)
+    log,        \* the ring: <<slot, message>> of each published message
+                \*   (slot 0: the normal path)
     got,        \* got[r]: messages reader r has dequeued
     views,      \* views[r]: the <<slot, message>> views alive in reader r
     alive,      \* alive[r]
@@ -84,7 +91,7 @@ ArenaFallback ==
     /\ \A s \in Slots : ~Free(s)
     /\ ~(Evict /\ \E s \in Slots : DeadHolders(s) # {})
     /\ badFallback' = (badFallback \/ \A s \in Slots : OnlyDeadHold(s))
-    /\ log' = Append(log, 0)
+    /\ log' = Append(log, <<0, msg>>)
     /\ msg' = msg + 1
     /\ UNCHANGED <<written, released, data, wpc, slot, got, views, alive>>
 
@@ -125,21 +132,53 @@ ArenaPublish ==
     /\ UNCHANGED <<released, data, slot, msg, log, got, views, alive, badFallback>>
 
 \* The ring message naming the slot is published after the slot (framing.py, marker 3).
+\* With Abort, the wake-up that follows the ring's publish (NotifyLoadWaiters) is a
+\* step of its own: an exception may come there.
 RingSend ==
     /\ wpc = "send"
-    /\ log' = Append(log, slot)
+    /\ log' = Append(log, <<slot, msg>>)
     /\ msg' = msg + 1
-    /\ slot' = 0
-    /\ wpc' = "claim"
+    /\ wpc' = IF Abort = "none" THEN "claim" ELSE "notify"
+    /\ slot' = IF Abort = "none" THEN 0 ELSE slot
     /\ UNCHANGED <<written, released, data, views, got, alive, badFallback>>
+
+\* endpoint.py's NotifyLoadWaiters after the ring publish (only with Abort).
+RingNotify ==
+    /\ wpc = "notify"
+    /\ wpc' = "claim"
+    /\ slot' = 0
+    /\ UNCHANGED <<written, released, data, msg, log, got, views, alive, badFallback>>
+
+\* An exception ends the enqueue at the writer's current step (the step hook's or a
+\* signal handler's, or a timeout / shutdown() in the ring's claim: wpc = "send").
+\* Before the ring chunk naming the slot is published, the message is dropped and its
+\* slot given back (ArenaWriter.place's and WriterEndpoint.publish's handlers call
+\* unplace: released := 1 for every reader); after it ("notify") the message is out:
+\* "code" keeps the slot taken, "unplace" gives it back all the same.
+\* (no code counterpart: the exception's path through arena.py and endpoint.py)
+WriterAbort ==
+    /\ Abort # "none"
+    /\ \/ /\ msg <= M
+          /\ wpc \in {"claim", "clear_written", "write", "clear_released", "publish", "send"}
+          /\ msg' = msg + 1
+          /\ released' = IF slot = 0 THEN released
+                         ELSE [released EXCEPT ![slot] = [r \in Readers |-> 1]]
+       \/ /\ wpc = "notify"
+          /\ released' = IF Abort = "unplace"
+                         THEN [released EXCEPT ![slot] = [r \in Readers |-> 1]]
+                         ELSE released
+          /\ UNCHANGED msg
+    /\ wpc' = "claim"
+    /\ slot' = 0
+    /\ UNCHANGED <<written, data, log, got, views, alive, badFallback>>
 
 \* Reader r dequeues the next message; an arena message becomes a view of its slot.
 Dequeue(r) ==
     /\ alive[r] /\ got[r] < Len(log)
     /\ LET m == got[r] + 1
-           s == log[m]
+           s == log[m][1]
        IN /\ got' = [got EXCEPT ![r] = m]
-          /\ views' = IF s = 0 THEN views ELSE [views EXCEPT ![r] = @ \cup {<<s, m>>}]
+          /\ views' = IF s = 0 THEN views ELSE [views EXCEPT ![r] = @ \cup {log[m]}]
           /\ released' = IF s # 0 /\ ReleaseAtDequeue
                          THEN [released EXCEPT ![s][r] = 1] ELSE released
     /\ UNCHANGED <<written, data, wpc, slot, msg, log, alive, badFallback>>
@@ -161,17 +200,18 @@ Crash(r) ==
 
 Done ==
     /\ msg > M /\ wpc = "claim"
-    /\ \A r \in Readers : ~alive[r] \/ (got[r] = M /\ views[r] = {})
+    /\ \A r \in Readers : ~alive[r] \/ (got[r] = Len(log) /\ views[r] = {})
     /\ UNCHANGED vars
 
 Next ==
     \/ ArenaClaim \/ ArenaFallback \/ ArenaReclaimDead \/ ArenaClearWritten \/ ArenaWrite
-    \/ ArenaClearReleased \/ ArenaPublish \/ RingSend
+    \/ ArenaClearReleased \/ ArenaPublish \/ RingSend \/ RingNotify \/ WriterAbort
     \/ \E r \in Readers : Dequeue(r) \/ ArenaRelease(r) \/ Crash(r)
     \/ Done
 
 Spec == Init /\ [][Next]_vars /\ WF_vars(ArenaClaim \/ ArenaFallback \/ ArenaReclaimDead \/ ArenaClearWritten
-                                     \/ ArenaWrite \/ ArenaClearReleased \/ ArenaPublish \/ RingSend)
+                                     \/ ArenaWrite \/ ArenaClearReleased \/ ArenaPublish \/ RingSend
+                                     \/ RingNotify \/ WriterAbort)
 
 TypeOK ==
     /\ written \in [Slots -> {0, 1}]

@@ -19,7 +19,8 @@
 (*   - the memory model (MM = "SC" | "TSO" | "RELAXED", fences F2..F7),    *)
 (*   - the two eventcounts of the parking protocol (Parking, Recheck,      *)
 (*     F6W, F6N),                                                          *)
-(*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag).        *)
+(*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag),        *)
+(*   - an exception ending the writer's enqueue mid-message (Abort).       *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -43,7 +44,11 @@ CONSTANTS
                     \*   parking (the code's spin phase; trace validation)
     CrashSet,       \* readers that may die (SIGKILL) at any step
     Evict,          \* the writer evicts a dead reader it waits for
-    EvictSkipsFlag  \* after eviction the writer no longer clears its flag
+    EvictSkipsFlag, \* after eviction the writer no longer clears its flag
+    Abort           \* an exception may end the writer's enqueue mid-message:
+                    \*   "none" | "code" (endpoint.py's rule: drop the message
+                    \*   only while nothing of it left the process, else
+                    \*   finish it) | "drop" (always drop it: the old code)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -64,6 +69,7 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
        /\ (CrashSet # {} \/ Evict) => MM = "SC" /\ ~Parking
+       /\ Abort \in {"none", "code", "drop"}
 
 (* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
 WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
@@ -109,14 +115,17 @@ VARIABLES
                \*   next ring load steps (WriterClaim, or ReaderLoadWritten and
                \*   ReaderLoadReadFlag) are ParkRecheck's loads, as in the code
     alive,     \* [Readers -> BOOLEAN] the reader's process exists
-    evicted    \* SUBSET Readers: readers the writer has evicted
+    evicted,   \* SUBSET Readers: readers the writer has evicted
+    dropped    \* SUBSET Msgs: messages whose enqueue an exception ended
+               \*   before they were published (WriterAbort; no reader
+               \*   may deliver them)
 
 mem    == <<written, rflag, data>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
 evars  == <<waiters, moved, annc, rechk>>
-xvars  == <<alive, evicted>>
+xvars  == <<alive, evicted, dropped>>
 vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
 
 -----------------------------------------------------------------------------
@@ -308,14 +317,14 @@ WriterEvict ==
           /\ ~alive[r] /\ r \notin evicted
           /\ rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]]
           /\ evicted' = evicted \cup {r}
-    /\ UNCHANGED <<written, data, sb, pc, wvars, rvars, hvars, fifo, evars, alive>>
+    /\ UNCHANGED <<written, data, sb, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
 
 \* Environment: reader r's process dies (SIGKILL) wherever it is; it never
 \* takes another step (no code counterpart).
 ReaderCrash(r) ==
     /\ r \in CrashSet /\ alive[r]
     /\ alive' = [alive EXCEPT ![r] = FALSE]
-    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted>>
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped>>
 
 \* endpoint.py::WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
@@ -333,6 +342,43 @@ WriterPublish ==
     /\ Store(Wr, WAddr(w), 1)
     /\ WNextStep
     /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
+
+\* The current message's overflow payload is on the socket: it overflows and
+\* its "send" step is behind the writer.
+PayloadOut == msg \in Big /\ \E k \in 1 .. wk - 1 : Order[k] = "send"
+
+\* An exception ends the writer's enqueue where it stands: a timeout or
+\* shutdown() while it waits for a chunk (the wait loop raises at its top,
+\* after ParkRetire: pc = "claim"), or an exception from a signal handler
+\* (KeyboardInterrupt) or from the step hook at any writer step (the code's
+\* step points; the park steps' exceptions are not modelled).  The message
+\* is dropped: the writer goes on with the next one at the same chunk (it is
+\* writable: written = 0, or still free), and no reader may deliver it.
+\*   "drop": the old code: dropped at every step, also after its payload
+\*     went out on the socket (an orphan the next marker pairs with: the
+\*     must-fail model abort_drop_after_send), and a published message's
+\*     NotifyLoadWaiters/NotifyWake is skipped.
+\*   "code": endpoint.py::WriterEndpoint.publish: dropped only while nothing
+\*     of it left the process.  Once its payload is out (PayloadOut) or it is
+\*     published, the exception handler finishes it (clear flags, publish,
+\*     notify), and if the handler is interrupted too, the next publish
+\*     finishes it first: the writer's own steps, later, so no action here.
+\* (no code counterpart: the exception's path through endpoint.py)
+WriterAbort ==
+    /\ Abort # "none"
+    /\ \/ /\ msg <= M
+          /\ \/ pc[Wr] = "claim" /\ ~rechk[Wr]
+             \/ pc[Wr] \in Steps \cup {"payload_end"} /\ (Abort = "drop" \/ ~PayloadOut)
+          /\ msg' = msg + 1
+          /\ dropped' = dropped \cup {msg}
+          /\ sent' = IF sent # << >> /\ sent[Len(sent)] = msg
+                     THEN SubSeq(sent, 1, Len(sent) - 1) ELSE sent
+          /\ pc' = [pc EXCEPT ![Wr] = IF msg + 1 > M THEN "done" ELSE "claim"]
+       \/ /\ Abort = "drop" /\ pc[Wr] \in {"notify_load", "notify_wake"}
+          /\ pc' = [pc EXCEPT ![Wr] = AfterNotify(Wr)]
+          /\ UNCHANGED <<msg, dropped, sent>>
+    /\ wk' = 0 /\ wr' = 0
+    /\ UNCHANGED <<mem, sb, w, rvars, recv, fifo, evars, alive, evicted>>
 
 -----------------------------------------------------------------------------
 (********************************* readers *********************************)
@@ -493,7 +539,7 @@ NotifyWake(p) ==
 -----------------------------------------------------------------------------
 (********************************* system **********************************)
 
-AllDelivered == \A r \in Readers : alive[r] => Len(recv[r]) = M
+AllDelivered == \A r \in Readers : alive[r] => Len(recv[r]) = M - Cardinality(dropped)
 
 \* End of the bounded run (no code counterpart): lets a finished model
 \* stutter so that TLC's deadlock check only reports real hangs.
@@ -508,6 +554,7 @@ WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
                     \/ Park(Wr)
                  /\ UNCHANGED xvars
               \/ WriterEvict
+              \/ WriterAbort
 
 \* A dead reader takes no step.
 ReaderStep(r) == /\ alive[r]
@@ -539,6 +586,7 @@ Init ==
     /\ rechk   = [p \in Procs |-> FALSE]
     /\ alive   = [r \in Readers |-> TRUE]
     /\ evicted = {}
+    /\ dropped = {}
 
 Next ==
     \/ WriterStep
@@ -581,6 +629,7 @@ TypeOK ==
     /\ moved \in [Procs -> BOOLEAN] /\ annc \in [Procs -> BOOLEAN]
     /\ rechk \in [Procs -> BOOLEAN]
     /\ alive \in [Readers -> BOOLEAN] /\ evicted \subseteq Readers
+    /\ dropped \subseteq Msgs
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -596,10 +645,14 @@ WriterWriting(c) ==
 NoDataRace ==
     \A r \in Readers : alive[r] /\ pc[r] \in {"copy", "copy_late"} => ~WriterWriting(i[r])
 
+\* The place of message m among the messages the writer publishes (those an
+\* exception dropped take no chunk).
+Pos(m) == m - Cardinality({d \in dropped : d < m})
+
 \* No chunk is overwritten before every reader copied its previous message.
 NoOverwrite ==
     \A c \in Chunks, r \in Readers \ evicted :
-        data[c] # 0 => ncopied[r] >= Abs(data[c]) - N
+        data[c] # 0 => ncopied[r] >= Pos(Abs(data[c])) - N
 
 IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
 
@@ -609,8 +662,10 @@ IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
 InOrder == \A r \in Readers : IsPrefix(recv[r], sent)
 
 \* Liveness: every message is eventually delivered to every reader (that
-\* cannot die), and the writer gets every message out.
-Delivered == \A r \in Readers \ CrashSet : <>(Len(recv[r]) = M)
+\* cannot die), and the writer gets every message out (every message an
+\* exception did not drop: published + dropped <= M, so this length is
+\* reached only once the writer has decided every message).
+Delivered == \A r \in Readers \ CrashSet : <>(Len(recv[r]) = M - Cardinality(dropped))
 WriterDone == <>(pc[Wr] = "done")
 
 =============================================================================

@@ -186,3 +186,49 @@ def test_overflow_and_remote_arrays_are_private_and_writable():
         w.close()
         for r in rs:
             r.close()
+
+
+# -- issue 24: an exception at any writer step never mis-pairs an overflow payload -------------------
+# (tests/_abort.py: a step hook raises a BaseException at the writer's step point, once, or twice in a
+# row so that the handler finishing the message is interrupted too)
+
+from _abort import RING_STEPS, Interrupt, RaiseAt  # noqa: E402
+
+#: steps after which something of the message has left the process: it is finished, not dropped
+_OUT_OVERFLOW = {"WriterClearReadFlag", "WriterPublish", "NotifyLoadWaiters"}
+_OUT_INLINE = {"NotifyLoadWaiters"}
+
+
+@pytest.mark.parametrize("times", [1, 2])
+@pytest.mark.parametrize("big", [True, False], ids=["overflow", "inline"])
+@pytest.mark.parametrize("action", RING_STEPS)
+def test_exception_at_each_writer_step(action, big, times):
+    """enqueue(1) raises at ``action``; 2, 3 and 4 go through. Each reader gets exactly the messages
+    not dropped, each with its own payload: 1 only if something of it had left the process (its
+    overflow payload, or its publish), then 2, 3, 4. Before the fix, an exception after the
+    overflow send (WriterClearReadFlag, WriterPublish) dropped the message with its payload
+    already on the socket: the reader got 1 for 2's marker, 2 for 3's, 3 for 4's (issue 24)."""
+    if action == "WriterSendOverflow" and not big:
+        pytest.skip("an inline message has no overflow step")
+    mcb = 1 << 16
+    w, r = _pair(max_chunk_bytes=mcb, max_chunks=4)
+
+    def msg(k):
+        return (k, bytes([k]) * (2 * mcb if big else 100))
+
+    hook = RaiseAt(action, times=times)
+    try:
+        with hook.installed():
+            with hook.arm(), pytest.raises(Interrupt):
+                w.enqueue(msg(1), timeout=10)
+            assert hook.raised == (times if action in (_OUT_OVERFLOW if big else _OUT_INLINE) else 1)
+            for k in (2, 3, 4):
+                w.enqueue(msg(k), timeout=10)
+        delivered = action in (_OUT_OVERFLOW if big else _OUT_INLINE)
+        want = [1, 2, 3, 4] if delivered else [2, 3, 4]
+        got = [r.dequeue(timeout=10) for _ in want]
+        assert [g[0] for g in got] == want
+        assert all(g == msg(g[0]) for g in got)
+    finally:
+        w.close()
+        r.close()

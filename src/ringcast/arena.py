@@ -34,8 +34,11 @@ all keep the view alive), a ``weakref.finalize`` runs ``ArenaRelease``: fence, `
 releases: when the writer finds no free slot it checks the readers that hold slots and treats a
 dead one's flags as released (``ArenaReclaimDead``), as eviction does on the ring. A message
 whose slots were filled but whose ring chunk was never published (a timeout, ``shutdown()``)
-gives them back (``unplace``): no reader can hold them. spec/Arena.tla models the slot
-lifecycle (models ``arena_correct``, ``arena_release_at_dequeue``, ``arena_no_reclaim``).
+gives them back (``unplace``): no reader can hold them. Once the ring chunk is published
+they stay taken, whatever exception comes after (a ``KeyboardInterrupt`` in the wake-up):
+readers map them. spec/Arena.tla models the slot lifecycle (models ``arena_correct``,
+``arena_abort_code``, ``arena_release_at_dequeue``, ``arena_no_reclaim``,
+``arena_unplace_published``).
 
 Each ``# Spec:`` method calls the step hook (:mod:`ringcast.steps`) right before its access,
 as the ring's steps do: ``hook(action, "writer", slot, reader)`` (``ArenaClaim`` once per slot
@@ -152,23 +155,27 @@ class ArenaWriter:
         """Each buffer's slot (-1: not placed), or None if none was placed."""
         slots = None
         taken: list = []
-        for k, n in enumerate(sizes):
-            if n < self.min_bytes:
-                continue
-            s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
-            if s < 0:
-                self._arena_fallback()
-                continue
-            self._arena_clear_written(s)
-            self._arena_write(s, bufs[k], n)
-            for r in self.live_readers():
-                self._arena_clear_released(s, r)
-            self._arena_publish(s)
-            taken.append(s)
-            if slots is None:
-                slots = [-1] * len(sizes)
-            slots[k] = s
-            self.hits += 1
+        try:
+            for k, n in enumerate(sizes):
+                if n < self.min_bytes:
+                    continue
+                s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
+                if s < 0:
+                    self._arena_fallback()
+                    continue
+                self._arena_clear_written(s)
+                self._arena_write(s, bufs[k], n)
+                for r in self.live_readers():
+                    self._arena_clear_released(s, r)
+                self._arena_publish(s)
+                taken.append(s)
+                if slots is None:
+                    slots = [-1] * len(sizes)
+                slots[k] = s
+                self.hits += 1
+        except BaseException:  # no ring chunk names them yet: give back the slots filled so far
+            self.unplace(slots or [])
+            raise
         return slots
 
     def unplace(self, slots: list) -> None:
@@ -181,13 +188,13 @@ class ArenaWriter:
                 self.hits -= 1
 
     def publish(self, publish, chunk, timeout: float | None, slots: list) -> None:
-        """``publish(chunk, timeout, None)``: a ring chunk naming ``slots``. If publishing fails
-        (timeout, shutdown), no reader can have seen the slots: they are given back."""
-        try:
-            publish(chunk, timeout, None)
-        except BaseException:
-            self.unplace(slots)
-            raise
+        """``publish(chunk, timeout, None, unpublished=...)``
+        (:meth:`~ringcast.endpoint.WriterEndpoint.publish`): a ring chunk naming ``slots``. If
+        an exception drops the message before its WriterPublish (a timeout, ``shutdown()``, a
+        ``KeyboardInterrupt``), no reader can have seen the slots: ``unpublished`` gives them
+        back. Once WriterPublish has run they stay taken whatever is raised after it (readers
+        map them: spec/Arena.tla ``arena_unplace_published``)."""
+        publish(chunk, timeout, None, unpublished=lambda: self.unplace(slots))
 
     def _find_free(self, taken: list) -> int:
         a = self.arena

@@ -17,6 +17,23 @@ Writer, one message (:meth:`WriterEndpoint.publish`)::
     WriterPublish                               F3; written := 1; w := w + 1
     NotifyLoadWaiters [NotifyWake]              wake parked readers (write_seq)
 
+An exception can end a publish at any of these steps: a timeout or ``shutdown()`` while it
+waits for a chunk, or an exception from a signal handler (``KeyboardInterrupt``) or the step
+hook at any step (spec/Ring.tla ``WriterAbort``, models ``abort_code``, ``park_abort_code``).
+Until something of the message leaves the process it is dropped: the chunk stays writable and
+the next publish claims it again (``unpublished()``, the arena's slots are given back). Once its
+overflow payload is on the socket, or once it is published, it is finished instead: the
+exception handler clears the flags, publishes and wakes readers before re-raising, and if the
+handler is interrupted too, the next publish finishes it first (``owed``, ``wake_owed``).
+Dropping a message whose payload is already queued would leave that payload for the next
+marker to pair with (``abort_drop_after_send``); freeing the slots of a published message
+would let the next placement overwrite a live view (spec/Arena.tla ``arena_unplace_published``).
+Whether the message was published is read from the chunk's ``written`` byte (only
+WriterPublish sets it after WriterClearWritten); that the payload was sent is recorded right
+after the send returns, so an asynchronous exception in the few bytecodes between ZeroMQ
+queueing the payload and that store is the one window not covered (the step hook's points are
+all covered).
+
 Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
 
     [owed: ReaderRecvOverflow]                  a payload a timed-out receive still owes
@@ -101,6 +118,10 @@ class WriterEndpoint(_Endpoint):
         self.parks_on = EventCount(*ring.read_seq_addrs(), self.counters)  # readers' acks bump read_seq
         self.notifies = EventCount(*ring.write_seq_addrs(), self.counters)  # readers park on write_seq
         self.send_overflow = send_overflow
+        #: the chunk whose overflow payload was sent but which an exception left unpublished
+        self.owed: int | None = None
+        #: a published message whose NotifyLoadWaiters/NotifyWake an exception cut short
+        self.wake_owed = False
         self.what = "writer waiting for a free chunk"
 
     # -- the sequence ----------------------------------------------------------------------------
@@ -112,37 +133,88 @@ class WriterEndpoint(_Endpoint):
             return
         self._wait(w._writer_claim, self.parks_on, "writer", timeout)
 
-    def publish(self, parts, timeout: float | None = None, overflow=None, *, split_payload: bool = False) -> None:
+    def publish(self, parts, timeout: float | None = None, overflow=None, *, split_payload: bool = False,
+                unpublished=None) -> None:
         """Broadcast one message: claim a chunk (waiting at most ``timeout`` seconds), write
         ``parts`` into it, send ``overflow`` (a list of frames, or None) on the overflow channel,
         publish, wake parked readers.
 
+        If an exception ends it before anything of the message left the process, the message
+        is dropped and ``unpublished()`` runs (if given) before the exception propagates; after
+        that it is finished first (see the module docstring). A message an earlier exception
+        left owed is finished before this one.
+
         ``split_payload`` writes ``parts[0]`` alone first (the chunk is torn: new header, old
         body), then every part: the spec's ``TwoStepPayload``, which the stateful harness and
         the trace recorder use to exercise torn chunks."""
-        self.claim(timeout)
         w = self.cursor
+        c = -1
+        try:
+            c = self._claim_message(timeout)
+            if split_payload:
+                w._writer_write_payload(parts[:1])
+            w._writer_write_payload(parts)
+            if overflow is not None:
+                self._writer_send_overflow(overflow)
+            self._clear_flags_and_publish()
+            self.notifies.notify("writer", w.index)
+        except BaseException:
+            self._aborted(c, unpublished)
+            raise
+
+    def _claim_message(self, timeout: float | None) -> int:
+        """Finish what an earlier exception left owed, claim the chunk at the cursor and clear
+        its written byte; return the chunk."""
+        if self.owed is not None or self.wake_owed:
+            self._finish()
+        w = self.cursor
+        c = w.index
+        self.claim(timeout)
         w._writer_clear_written()
-        if split_payload:
-            w._writer_write_payload(parts[:1])
-        w._writer_write_payload(parts)
-        if overflow is not None:
-            self._writer_send_overflow(overflow)
-        self._clear_flags_and_publish()
-        self.notifies.notify("writer", w.index)
+        return c
+
+    def _aborted(self, c: int, unpublished) -> None:
+        """An exception ended the message at chunk ``c`` (-1: before its written byte was
+        cleared, so nothing of it is out): drop it (``unpublished()``) unless it was published
+        or its payload sent, then finish what is owed."""
+        if c >= 0 and self.ring.flags(c)[0] == 1:  # WriterPublish ran: only the wake is left
+            self.wake_owed = True
+        elif not (c >= 0 and self.owed == c) and unpublished is not None:
+            unpublished()
+        if self.owed is not None or self.wake_owed:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Complete the message an exception left owed: publish it (its payload is on the
+        socket) unless that already happened, then wake parked readers. Each step is recorded
+        before the next, so an exception in here leaves the rest owed to the next call."""
+        c = self.owed
+        if c is not None:
+            self.wake_owed = True
+            if self.ring.flags(c)[0] != 1:
+                self._clear_flags_and_publish()
+            self.owed = None
+        if self.wake_owed:
+            self.notifies.notify("writer", self.cursor.index)
+            self.wake_owed = False
 
     @contextmanager
     def write_chunk(self, timeout: float | None = None):
         """Claim a chunk and yield its ``max_chunk_bytes`` memoryview for the caller to fill;
         publish on normal exit. If the block raises, nothing is published (the chunk stays
-        writable, ``written = 0``)."""
-        self.claim(timeout)
+        writable, ``written = 0``); an exception after the publish leaves the wake owed, as in
+        :meth:`publish`."""
         w = self.cursor
-        w._writer_clear_written()
-        with w.data_view() as view:
-            yield view
-        self._clear_flags_and_publish()
-        self.notifies.notify("writer", w.index)
+        c = -1
+        try:
+            c = self._claim_message(timeout)
+            with w.data_view() as view:
+                yield view
+            self._clear_flags_and_publish()
+            self.notifies.notify("writer", w.index)
+        except BaseException:
+            self._aborted(c, None)
+            raise
 
     def _clear_flags_and_publish(self) -> None:
         """Clear every live reader's flag, then publish (the order spec/Ring.tla proves)."""
@@ -151,12 +223,14 @@ class WriterEndpoint(_Endpoint):
         for r in w.live_readers:
             w._writer_clear_read_flag(r)
         w._writer_publish()
+        self.owed = None  # (an exception before this store: _finish sees the chunk published)
 
     # Spec: WriterSendOverflow
     def _writer_send_overflow(self, frames) -> None:
         if _steps.hook is not None:
             _steps.hook("WriterSendOverflow", "writer", self.cursor.index, None)
         self.send_overflow(frames)
+        self.owed = self.cursor.index  # the payload is out: from here the marker must follow
 
     def evict(self, r: int) -> None:
         """Reader ``r`` is dead: WriterEvict (only between messages, while waiting for a chunk)."""
