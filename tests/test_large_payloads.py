@@ -232,3 +232,24 @@ def test_exception_at_each_writer_step(action, big, times):
     finally:
         w.close()
         r.close()
+
+
+def test_acquire_read_slice_kept_after_the_block_reads_the_reused_chunk():
+    """acquire_read's contract (its docstring, issue 24 item 7): the yielded view is released on
+    exit, a slice of it is not, and after the block the writer reuses the chunk: the kept slice
+    shows the next message. A copy taken inside the block keeps its bytes."""
+    w, r = _pair(max_chunk_bytes=4096, max_chunks=1)
+    try:
+        with w.acquire_write(timeout=10) as view:
+            view[:4] = b"AAAA"
+        with r.acquire_read(timeout=10) as view:
+            kept, copy = view[:4], bytes(view[:4])
+        with pytest.raises(ValueError):
+            view[:4]  # the view itself is released
+        with w.acquire_write(timeout=10) as view:  # the one chunk, reused
+            view[:4] = b"BBBB"
+        assert copy == b"AAAA" and bytes(kept) == b"BBBB"
+        kept.release()
+    finally:
+        w.close()
+        r.close()

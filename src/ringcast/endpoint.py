@@ -300,7 +300,8 @@ class ReaderEndpoint(_Endpoint):
     @contextmanager
     def read_chunk(self, timeout: float | None = None):
         """Wait for the next chunk and yield its memoryview; ack on exit, also when the block
-        raises."""
+        raises. The view is released on exit, a slice of it is not: after the ack the writer
+        may reuse the chunk, and a kept slice reads the next message (copy out what must stay)."""
         self.wait_ready(timeout)
         c = self.cursor
         try:
