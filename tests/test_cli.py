@@ -35,6 +35,8 @@ def test_stress_quick_passes(tmp_path: Path):
     assert summary["verdict"] == "PASS" and summary["quick"]
     assert len(summary["scenarios"]) >= 7
     for sc in summary["scenarios"]:
+        if sc.get("kind") == "fences":  # litmus tests, no messages (tests/test_stress.py)
+            continue
         assert sc["latency"]["samples"] > 0, sc["name"]
     assert "# ringcast stress report" in (out / "report.md").read_text()
     try:

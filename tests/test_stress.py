@@ -202,3 +202,141 @@ def test_suite_outputs(tmp_path: Path):
     assert "PASS" in paths["markdown"].read_text()
     text = summary_table(suite)
     assert "VERDICT: PASS" in text and "tiny" in text
+
+
+# -- the fences scenario (litmus tests; ringcast.stress.fences, tests/test_litmus.py) -----------
+
+def _fences(**kw) -> Scenario:
+    base = dict(name="fences", kind="fences", description="d", stresses="s", iterations=20_000, quick_iterations=20_000,
+                duration=1.0, quick_duration=1.0, timeout=20.0)
+    base.update(kw)
+    return Scenario(**base)
+
+
+def _needs_two_cpus():
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("fewer than 2 CPUs available: the fences scenario reports NOT RUN here (tested below)")
+
+
+def test_fences_scenario_is_builtin_and_first():
+    scs = [load_scenario(p) for p in builtin_scenarios()]
+    assert scs[0].name == "fences" and scs[0].kind == "fences"
+    assert scs[0].iterations >= 1_000_000
+
+
+@pytest.mark.timeout(120)
+def test_fences_scenario_reports_a_table(tmp_path: Path):
+    import json
+
+    _needs_two_cpus()
+    suite = run_suite([_fences()], quick=True)
+    r = suite["scenarios"][0]
+    assert r["verdict"] == "PASS" and suite["verdict"] == "PASS", (r["errors"], r["examples"])
+    assert [(x["shape"], x["fence"]) for x in r["rows"]] == [
+        ("eventcount", "F6N"), ("eventcount", "F6W"), ("mp", "F3"), ("mp", "F4"),
+        ("mp_readflag", "F7"), ("mp_readflag", "F4"), ("rtr", "F5"), ("rtr", "F1")]
+    for row in r["rows"]:
+        assert row["shipped_iterations"] == row["control_iterations"] == 20_000 and row["shipped_forbidden"] == 0, row
+    assert r["hunt"]["shipped"]["lost"] == 0 and r["hunt"]["control"]["iterations"] > 0
+    m = r["machine"]
+    assert m["cpu_model"] and m["arch"] and m["online_cores"] >= 2 and m["kernel"]
+    assert m["extension"]["compiler"] and m["extension"]["fence"] and m["extension"]["dropped"] == ""
+    # every control that showed nothing is said to be unexercised, and no other one
+    quiet = {f"{x['shape']} control of {x['fence']}" for x in r["rows"] if x["control_forbidden"] == 0}
+    assert {n.split(":")[0] for n in r["notes"] if "control of F" in n and "futex" not in n} == quiet
+    paths = write_outputs(suite, tmp_path, plots=False)
+    saved = json.loads(paths["json"].read_text())["scenarios"][0]
+    assert saved["rows"] == r["rows"] and saved["machine"]["cpu_model"] == m["cpu_model"]
+    assert "| eventcount | F6N |" in paths["markdown"].read_text()
+    text = summary_table(suite)
+    assert "fences: PASS" in text and "futex hunt" in text and "VERDICT: PASS" in text
+
+
+def test_fences_without_the_extension_says_why(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ringcast._litmus", None)  # import fails as without a compiler
+    suite = run_suite([_fences()], quick=True)
+    r = suite["scenarios"][0]
+    assert r["verdict"] == "NOT RUN" and "ringcast._litmus is not built" in r["reason"], r["reason"]
+    assert r["machine"]["extension"] is None
+    text = summary_table(suite)
+    assert "fences: NOT RUN - the C extension ringcast._litmus is not built" in text
+    assert "fences NOT RUN" in text.splitlines()[-1] or any("VERDICT" in x and "NOT RUN" in x for x in text.splitlines())
+
+
+@pytest.mark.timeout(120)
+def test_fences_on_one_cpu_cannot_race(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    p = subprocess.run(
+        [sys.executable, "-m", "ringcast.cli", "stress", "--only", "fences", "--quick", "--no-plots", "--no-progress",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=100, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "fences: NOT RUN - only 1 CPU is available" in p.stdout and "cannot race" in p.stdout, p.stdout
+
+
+def _group_members(pgid: int) -> list[str]:
+    """Live (non-zombie) processes of a process group, and any process mapping the hunt's memfd."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                found.append(f"pid {d.name} in group {pgid}")
+            if "ringcast-litmus-hunt" in (d / "maps").read_text():
+                found.append(f"pid {d.name} maps the hunt's memfd")
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_hung_litmus_child_is_killed_at_the_deadline():
+    """The child is stopped (SIGSTOP to its group) while its futex hunt runs: the scenario kills
+    it at the deadline, reports an error, and leaves no process and no memfd behind."""
+    import os
+    import signal
+    import threading
+
+    from ringcast.stress.fences import run_fences
+
+    _needs_two_cpus()
+    sc = _fences(iterations=10**10, quick_iterations=10**10, quick_duration=1.0, timeout=1.0)
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(run_fences(sc, quick=True)))
+    t0 = time.monotonic()
+    t.start()
+    me, child, stopped = os.getpid(), None, False
+    while t.is_alive() and not stopped:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[1]) == me and "litmus_child" in (d / "cmdline").read_text():
+                    child = int(d.name)
+                elif child is not None and int(fields[1]) == child:  # the hunt's forked waiter
+                    os.killpg(child, signal.SIGSTOP)
+                    stopped = True
+                    break
+        time.sleep(0.002)
+    t.join(60)
+    assert stopped, "did not catch the futex hunt running"
+    r = out[0]
+    assert r["verdict"] == "FAIL"
+    assert any("still running at the scenario's deadline" in e and f"pid {child}" in e for e in r["errors"]), r["errors"]
+    assert time.monotonic() - t0 < 30
+    assert _group_members(child) == []

@@ -84,8 +84,10 @@ def machine_facts(build: dict | None) -> dict:
 
 def _load_litmus():
     """(module, None) or (None, why it cannot run)."""
+    import importlib
+
     try:
-        from .. import _litmus
+        _litmus = importlib.import_module("ringcast._litmus")
     except ImportError as e:
         return None, (
             f"the C extension ringcast._litmus is not built ({e}); the litmus tests need it. Install a C "
@@ -98,21 +100,22 @@ def _load_litmus():
 def _jobs(shapes: list[dict], iterations: int, hunt_budget: float) -> list[dict]:
     budget = 2.0 + iterations * _US_PER_ITERATION_BUDGET
     jobs = []
-    for s in shapes:
-        for control in (None, *s["points"]):
-            jobs.append({"kind": "litmus", "shape": s["shape"], "control": control, "iterations": iterations, "budget_s": budget})
     for control in (False, True):
         jobs.append({"kind": "hunt", "control": control, "iterations": iterations, "budget_s": hunt_budget,
                      "sleep_timeout_s": HUNT_SLEEP_TIMEOUT_S})
+    for s in shapes:
+        for control in (None, *s["points"]):
+            jobs.append({"kind": "litmus", "shape": s["shape"], "control": control, "iterations": iterations, "budget_s": budget})
     return jobs
 
 
-def _run_child(jobs: list[dict], deadline: float, progress, label: str, span: float, t0: float) -> tuple[list[dict], list[str]]:
-    """Run the jobs in a child process; (finished jobs with results, errors)."""
+def _run_child(jobs: list[dict], stop_by: float, deadline: float, progress, label: str, span: float, t0: float) -> tuple[list[dict], list[str]]:
+    """Run the jobs in a child process, which stops starting jobs at ``stop_by``; killed (with its
+    process group) if still running at ``deadline``. (finished jobs with results, errors)."""
     errors: list[str] = []
     done: list[dict] = []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ringcast.stress.litmus_child", json.dumps(jobs)],
+        [sys.executable, "-m", "ringcast.stress.litmus_child", json.dumps(jobs), repr(stop_by)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     lines: queue.Queue = queue.Queue()
@@ -159,6 +162,9 @@ def _run_child(jobs: list[dict], deadline: float, progress, label: str, span: fl
         proc.stderr.close()
     if proc.returncode not in (0, -signal.SIGKILL) or (proc.returncode != 0 and not errors):
         errors.append(f"litmus child exited with code {proc.returncode}: {err.strip()[-2000:] or '(no output)'}")
+    elif proc.returncode == 0 and len(done) < len(jobs):
+        errors.append(f"the litmus jobs ran out of time ({stop_by - t0:.0f}s): {len(done)} of {len(jobs)} finished; "
+                      "run it on a less loaded machine, or give it more time with --scale")
     return done, errors
 
 
@@ -257,8 +263,8 @@ def run_fences(sc: Scenario, *, quick: bool = False, scale: float = 1.0, progres
         s["points"] = list(s["points"])
     jobs = _jobs(shapes, iterations, hunt_budget)
     span = sum(sc.plan(quick, scale))
-    deadline = t0 + sum(j["budget_s"] for j in jobs) + sc.timeout
-    done, errors = _run_child(jobs, deadline, progress, sc.name, span, t0)
+    stop_by = t0 + 2 * span + 2.0  # the child starts no job after this and cuts the last one short
+    done, errors = _run_child(jobs, stop_by, stop_by + sc.timeout, progress, sc.name, span, t0)
     res["errors"] += errors
     _summarise(shapes, done, res)
     if res["violations"] or res["errors"]:
