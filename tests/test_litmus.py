@@ -7,12 +7,14 @@
   never passed by setup.py) is caught by the store-buffering-shaped test: the eventcount shape
   runs until its first forbidden outcome, or up to ``CAP`` iterations.
 
-  The cap comes from the rate measured on the 2-core x86 VM this was written on: the eventcount
-  control of F6N (the same code as the F6N-dropped build) showed the forbidden outcome at 7e-5
-  to 1.1e-3 per iteration over repeated runs (lowest while another process kept one of the two
-  cores busy). At the lowest rate, 2e7 iterations miss with probability exp(-1400); a caught
-  build stops after ~1e3-1e4 iterations (milliseconds). The cap costs ~20-40 s only when the
-  build is *not* caught, which is the failure this test reports.
+  The cap counts iterations in which the two sides ran at the same time (their barrier did not
+  have to yield the CPU) and comes from the rate measured on the 2-core x86 VM this was written
+  on: the eventcount control of F6N (the same code as the F6N-dropped build) showed the forbidden
+  outcome at 7e-6 to 2.4e-3 per iteration over repeated runs of 10^6. At the lowest rate, 2e7
+  iterations miss with probability exp(-140); a caught build stops after one or a few batches of
+  4096 iterations (milliseconds). The cap costs ~20-40 s only when the build is *not* caught,
+  which is the failure this test reports. When other processes leave the two threads a single
+  CPU to take turns on, nothing can race, and the test skips saying so.
 * Where fewer than two CPUs are available the tests skip: two threads that never run at the same
   time cannot race.
 """
@@ -51,7 +53,7 @@ def test_shapes_name_every_fence_point_of_the_spec():
 @pytest.mark.parametrize("shape", ["eventcount", "mp", "mp_readflag", "rtr"])
 def test_shipped_primitives_give_no_forbidden_outcome(shape):
     r = litmus.run(shape, None, 200_000, 100.0)
-    assert r == {"iterations": 200_000, "forbidden": 0, "aborted": False}
+    assert (r["iterations"], r["forbidden"], r["aborted"]) == (200_000, 0, False), r
 
 
 @pytest.mark.timeout(120)
@@ -83,12 +85,25 @@ def build(tmp: Path, *defines: str) -> Path:
 
 
 def run_until_first(exe: Path, shape: str, control: str = "-") -> tuple[int, int]:
-    """(iterations run, forbidden outcomes): stops at the batch with the first forbidden one, or at CAP."""
-    r = subprocess.run([str(exe), "run", shape, control, str(CAP), "3600", "stop"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    done, forbidden, aborted = map(int, r.stdout.split())
-    assert not aborted
-    return done, forbidden
+    """(iterations in which the two sides ran together, forbidden outcomes): runs chunks of 10^6
+    (each stopping at its first batch of 4096 with a forbidden outcome) until a forbidden outcome or
+    CAP iterations in which the two sides ran at the same time. Where other processes leave the two
+    threads one CPU to take turns on (their barrier yields in nearly every iteration) nothing can
+    race: skip, as with fewer than two CPUs."""
+    together = total = 0
+    while together < CAP:
+        r = subprocess.run([str(exe), "run", shape, control, "1000000", "3600", "stop"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        done, forbidden, aborted, yielded = map(int, r.stdout.split())
+        assert not aborted
+        total += done
+        together += max(0, done - yielded)
+        if forbidden:
+            return together, forbidden
+        if total >= 5_000_000 and together < total // 20:
+            pytest.skip(f"the two threads ran at the same time in only {together} of {total} iterations: the CPUs are "
+                        "taken by other processes, so nothing can race (rerun on an idle machine)")
+    return together, 0
 
 
 @pytest.mark.timeout(600)
@@ -106,7 +121,7 @@ def test_the_shipped_build_of_the_same_source_is_not(tmp_path):
     switch's doing, not the standalone front end's)."""
     exe = build(tmp_path)
     r = subprocess.run([str(exe), "run", "eventcount", "-", "1000000", "3600"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.split() == ["1000000", "0", "0"], (r.stdout, r.stderr)
+    assert r.returncode == 0 and r.stdout.split()[:3] == ["1000000", "0", "0"], (r.stdout, r.stderr)
 
 
 @pytest.mark.timeout(600)

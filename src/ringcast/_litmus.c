@@ -201,8 +201,9 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Both sides arrive at generation gen; -1 when the run was aborted (deadline, or the other side
- * is gone: `alive` returns 0). Spins, yielding after a while in case the other side shares our CPU. */
+/* Both sides arrive at generation gen: 0, or 1 when it had to yield the CPU while waiting (the
+ * other side was not running at the same time); -1 when the run was aborted (deadline, or the
+ * other side is gone: `alive` returns 0). */
 static int
 barrier(struct slot *arrive, uint32_t *abort, int t, uint64_t gen, double deadline, int (*alive)(void))
 {
@@ -219,7 +220,7 @@ barrier(struct slot *arrive, uint32_t *abort, int t, uint64_t gen, double deadli
         }
         sched_yield();
     }
-    return 0;
+    return spins >= SPINS_BEFORE_YIELD;
 }
 
 /* One iteration of a shape, side t; shape and ctl are constants after inlining. */
@@ -278,21 +279,25 @@ forbidden(int shape, uint32_t r0, uint32_t r1)
     return 0;
 }
 
-RC_INLINE int
+/* Runs n iterations; the number whose barrier had to yield, or -1 (aborted). */
+RC_INLINE long
 iterate(struct run *r, int shape, int ctl, int t, uint32_t n, uint64_t *gen)
 {
+    long yielded = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (barrier(r->arrive, &r->abort, t, ++*gen, r->deadline, NULL) < 0)
+        int b = barrier(r->arrive, &r->abort, t, ++*gen, r->deadline, NULL);
+        if (b < 0)
             return -1;
+        yielded += b;
         body(r, shape, ctl, t, i);
     }
-    return 0;
+    return yielded;
 }
 
 #define CASE(s, c) \
     case (s) * N_POINTS + (c): return iterate(r, (s), (c), t, n, gen);
 
-static int
+static long
 iterate_dispatch(struct run *r, int t, uint32_t n, uint64_t *gen)
 {
     switch (r->shape * N_POINTS + r->ctl) {
@@ -306,6 +311,7 @@ iterate_dispatch(struct run *r, int t, uint32_t n, uint64_t *gen)
 
 struct result {
     uint64_t done, forbidden;
+    uint64_t yielded[2]; /* per side: iterations whose barrier had to yield the CPU */
     int aborted;
 };
 
@@ -335,8 +341,10 @@ side_main(void *arg)
         if (barrier(r->arrive, &r->abort, s->t, ++gen, r->deadline, NULL) < 0)
             break;
         uint32_t n = r->batch_n;
-        if (iterate_dispatch(r, s->t, n, &gen) < 0)
+        long y = iterate_dispatch(r, s->t, n, &gen);
+        if (y < 0)
             break;
+        s->res->yielded[s->t] += (uint64_t)y;
         if (barrier(r->arrive, &r->abort, s->t, ++gen, r->deadline, NULL) < 0)
             break;
         if (s->t == 0) {
@@ -412,13 +420,13 @@ struct hunt {
     uint32_t abort __attribute__((aligned(LINE)));
     uint32_t stop;
     uint32_t outcome; /* the waiter's last iteration, below */
-    uint64_t sleeps, rechecks, errors;
+    uint64_t sleeps, rechecks, errors, yielded;
 };
 
 enum { O_RECHECK = 1, O_WOKEN, O_TIMEOUT_FLAG_SET, O_TIMEOUT_FLAG_CLEAR };
 
 struct hunt_result {
-    uint64_t done, sleeps, rechecks, wakes, woken, timeouts_flag_set, lost, late, errors;
+    uint64_t done, sleeps, rechecks, wakes, woken, timeouts_flag_set, lost, late, errors, yielded;
     int aborted, child_status;
 };
 
@@ -443,10 +451,10 @@ hunt_waiter(struct hunt *h, double deadline, const struct timespec *sleep_ts)
 {
     uint64_t gen = 0;
     for (;;) {
-        if (barrier(h->arrive, &h->abort, 1, ++gen, deadline, parent_alive) < 0)
+        int b = barrier(h->arrive, &h->abort, 1, ++gen, deadline, parent_alive);
+        if (b < 0 || __atomic_load_n(&h->stop, __ATOMIC_ACQUIRE))
             return;
-        if (__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE))
-            return;
+        h->yielded += (uint64_t)b;
         uint32_t s = rc_load_u32(&h->seq);
         rc_fetch_add_u32(&h->waiters, 1);
         uint32_t o;
@@ -508,10 +516,10 @@ futex_hunt(int ctl, uint64_t iterations, double budget_s, double sleep_timeout_s
         _exit(0);
     }
     for (;;) {
-        if (barrier(h->arrive, &h->abort, 0, ++gen, deadline, hunt_child_alive) < 0)
+        int b = barrier(h->arrive, &h->abort, 0, ++gen, deadline, hunt_child_alive);
+        if (b < 0 || h->stop)
             break;
-        if (h->stop)
-            break;
+        res->yielded += (uint64_t)b;
         /* Hold the publish back by `lag` steps (+ a little noise): `lag` grows while the waiter's
          * re-check sees the flag and shrinks while it sleeps, so the publish keeps landing where the
          * waiter announces, the window in which a missing fence loses the wake-up. */
@@ -541,7 +549,9 @@ futex_hunt(int ctl, uint64_t iterations, double budget_s, double sleep_timeout_s
             else
                 res->late++; /* the notifier saw it, but its wake came after the timeout */
         }
-        if (h->outcome == O_RECHECK)
+        if (b) /* the waiter was not running when we started: its outcome says nothing about lag */
+            ;
+        else if (h->outcome == O_RECHECK)
             lag += lag < 20000;
         else if (lag > 0)
             lag--;
@@ -566,6 +576,7 @@ reaped:
     res->sleeps = h->sleeps;
     res->rechecks = h->rechecks;
     res->errors += h->errors;
+    res->yielded = res->yielded + h->yielded < res->done ? res->yielded + h->yielded : res->done;
     munmap(h, sizeof *h);
     return 0;
 }
@@ -675,7 +686,7 @@ compiler_name(void)
 
 #ifdef RINGCAST_LITMUS_STANDALONE
 
-/* litmus run SHAPE POINT|- ITERATIONS BUDGET_S [stop]   -> "done forbidden aborted"
+/* litmus run SHAPE POINT|- ITERATIONS BUDGET_S [stop]   -> "done forbidden aborted yielded"
  * litmus hunt 0|1 ITERATIONS BUDGET_S SLEEP_TIMEOUT_S   -> "done sleeps wakes lost late aborted"
  * litmus info                                           -> one "key: value" per line */
 int
@@ -694,7 +705,8 @@ main(int argc, char **argv)
             fprintf(stderr, "litmus_run: %s\n", strerror(err));
             return 1;
         }
-        printf("%llu %llu %d\n", (unsigned long long)res.done, (unsigned long long)res.forbidden, res.aborted);
+        printf("%llu %llu %d %llu\n", (unsigned long long)res.done, (unsigned long long)res.forbidden, res.aborted,
+               (unsigned long long)(res.yielded[0] + res.yielded[1]));
         return 0;
     }
     if (argc >= 6 && strcmp(argv[1], "hunt") == 0) {
@@ -752,8 +764,10 @@ py_run(PyObject *self, PyObject *args, PyObject *kw)
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return Py_BuildValue("{s:K,s:K,s:O}", "iterations", (unsigned long long)res.done, "forbidden",
-                         (unsigned long long)res.forbidden, "aborted", res.aborted ? Py_True : Py_False);
+    return Py_BuildValue("{s:K,s:K,s:K,s:O}", "iterations", (unsigned long long)res.done, "forbidden",
+                         (unsigned long long)res.forbidden, "yielded",
+                         (unsigned long long)(res.yielded[0] + res.yielded[1] < res.done ? res.yielded[0] + res.yielded[1] : res.done),
+                         "aborted", res.aborted ? Py_True : Py_False);
 }
 
 static PyObject *
@@ -775,7 +789,8 @@ py_futex_hunt(PyObject *self, PyObject *args, PyObject *kw)
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:i}", "iterations", (unsigned long long)h.done,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:i}", "iterations", (unsigned long long)h.done,
+                         "yielded", (unsigned long long)h.yielded,
                          "sleeps", (unsigned long long)h.sleeps, "rechecks", (unsigned long long)h.rechecks, "wakes",
                          (unsigned long long)h.wakes, "woken", (unsigned long long)h.woken, "timeouts_flag_set",
                          (unsigned long long)h.timeouts_flag_set, "lost", (unsigned long long)h.lost, "late",
@@ -814,7 +829,9 @@ py_build_info(PyObject *self, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))py_run, METH_VARARGS | METH_KEYWORDS,
-     "run(shape, control, iterations, budget_s, stop_at_first=False) -> {iterations, forbidden, aborted}.\n"
+     "run(shape, control, iterations, budget_s, stop_at_first=False) -> {iterations, forbidden, yielded, aborted}.\n"
+     "yielded: iterations in which a side had to give up its CPU at the barrier (the sides did not run together;\n"
+     "near `iterations` when they took turns on one CPU).\n"
      "control None: shipped fences; a fence point name (e.g. 'F6N'): that fence replaced by a compiler barrier."},
     {"futex_hunt", (PyCFunction)(void (*)(void))py_futex_hunt, METH_VARARGS | METH_KEYWORDS,
      "futex_hunt(control, iterations, budget_s, sleep_timeout_s) -> counts of the parking protocol between two processes."},

@@ -172,6 +172,14 @@ def _rate(forbidden, iterations) -> float | None:
     return forbidden / iterations if iterations else None
 
 
+def _busy(yielded: float | None) -> str:
+    """Why a quiet control may say little: the two sides seldom ran at the same time."""
+    if yielded is None or yielded < 0.2:
+        return ""
+    return (f" (in {yielded * 100:.0f}% of the iterations a side had to give up its CPU before the two could meet: "
+            "this machine is busy, so the two sides rarely raced; rerun it on an idle machine)")
+
+
 def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
     """Rows, hunt, verdict details from the finished jobs (in place)."""
     by = {(j["shape"], j["control"]): j["result"] for j in done if j["kind"] == "litmus"}
@@ -195,11 +203,12 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
                 "control_forbidden": ctl["forbidden"] if ctl else None,
                 "control_rate": _rate(ctl["forbidden"], ctl["iterations"]) if ctl else None,
             }
+            row["control_yielded"] = _rate(ctl["yielded"], ctl["iterations"]) if ctl else None
             rows.append(row)
             if ctl is not None and ctl["forbidden"] == 0:
                 res["notes"].append(
                     f"{s['shape']} control of {p}: this CPU did not show the reordering in {ctl['iterations']} iterations, "
-                    f"so {p} was not exercised here"
+                    f"so {p} was not exercised here" + _busy(row["control_yielded"])
                 )
     for (shape, control), r in by.items():
         if r["aborted"] or r["iterations"] < res["iterations"]:
@@ -226,7 +235,8 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
                                    "flag set although the notifier saw the waiter and woke it: a wake delayed by scheduling, not a lost one")
         if name == "control" and h["lost"] == 0:
             res["notes"].append(f"futex hunt control of F6N: no lost wake-up in {h['iterations']} iterations "
-                                f"({h['sleeps']} sleeps), so F6N was not exercised by the hunt here")
+                                f"({h['sleeps']} sleeps), so F6N was not exercised by the hunt here"
+                                + _busy(_rate(h["yielded"], h["iterations"])))
     res["hunt"] = hunt
 
 
@@ -286,14 +296,20 @@ def _rate_s(r) -> str:
 
 
 def _table(res: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["shape", "fence", "iterations", "forbidden shipped", "forbidden control", "control rate"]
+    head = ["shape", "fence", "iterations", "forbidden shipped", "forbidden control", "control rate", "sides met"]
     rows = [[r["shape"], r["fence"], _n(r["shipped_iterations"]) + ("" if r["control_iterations"] == r["shipped_iterations"] else f" / {_n(r['control_iterations'])}"),
-             _n(r["shipped_forbidden"]), _n(r["control_forbidden"]), _rate_s(r["control_rate"])] for r in res["rows"]]
+             _n(r["shipped_forbidden"]), _n(r["control_forbidden"]), _rate_s(r["control_rate"]), _met(r["control_yielded"])] for r in res["rows"]]
     s, c = res["hunt"].get("shipped"), res["hunt"].get("control")
     if s or c:
         it = _n(s and s["iterations"]) + ("" if c and s and c["iterations"] == s["iterations"] else f" / {_n(c and c['iterations'])}")
-        rows.append(["futex hunt (lost wake-ups)", "F6N", it, _n(s and s["lost"]), _n(c and c["lost"]), _rate_s(c and c["lost_rate"])])
+        rows.append(["futex hunt (lost wake-ups)", "F6N", it, _n(s and s["lost"]), _n(c and c["lost"]), _rate_s(c and c["lost_rate"]),
+                     _met(c and _rate(c["yielded"], c["iterations"]))])
     return head, rows
+
+
+def _met(yielded) -> str:
+    """The share of the control's iterations in which neither side had to give up its CPU first."""
+    return "-" if yielded is None else f"{(1 - yielded) * 100:.0f}%"
 
 
 def _machine_line(res: dict) -> str:
