@@ -5,6 +5,8 @@
 * the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of ringcast/ring.py) are called
   by one production module, the endpoint layer, and by no program of the stateful harness or the
   trace recorder (only the planted-bug variants may), which drive the endpoints instead;
+* no module reads or writes another module's private names (``mq._is_writer``,
+  ``getattr(mq, "_x")``): ``self._x`` / ``cls._x`` and names the module defines itself are fine;
 * no step hook looks at its caller's frame.
 """
 
@@ -187,3 +189,68 @@ def test_no_frame_inspection(where):
     bad = [str(p.relative_to(ROOT)) for p in files
            if p.name != "test_structure.py" and "_getframe" in p.read_text()]
     assert not bad, bad
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, module- and class-level
+    assignments, and ``self._x = ...`` / ``cls._x = ...`` attributes."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for e in ast.walk(t):
+                    if isinstance(e, ast.Name):
+                        out.add(e.id)
+                    elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in ("self", "cls"):
+                        out.add(e.attr)
+    return out
+
+
+def foreign_private_access(source: str, allowed: set[str] = frozenset()) -> list[str]:
+    """``<name>._private`` accesses (and ``getattr``/``setattr``/``hasattr`` with a literal
+    private name) on something other than ``self``/``cls``, to a name this module does not
+    define and ``allowed`` does not list: ``'line: expression'`` for each."""
+    tree = ast.parse(source)
+    mine = _defined_names(tree) | set(allowed)
+    bad = []
+    for n in ast.walk(tree):
+        name = target = None
+        if isinstance(n, ast.Attribute):
+            name, target = n.attr, n.value
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr", "hasattr", "delattr")
+              and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)):
+            name, target = n.args[1].value, n.args[0]
+        if name is None or not name.startswith("_") or name.startswith("__") or name in mine:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("self", "cls"):
+            continue
+        bad.append(f"{n.lineno}: {ast.unparse(n)}")
+    return bad
+
+
+def test_the_private_access_check_sees_cross_module_reads():
+    src = (
+        "class Q:\n    def __init__(self):\n        self._mine = 1\n"
+        "def f(mq, other):\n    mq._mine\n    self_like = mq._is_writer\n"
+        "    getattr(mq, '_group_writer_rank', None)\n    mq._group_writer_rank = 0\n    other.public\n"
+    )
+    bad = foreign_private_access(src)
+    assert [b.split(": ", 1)[1] for b in bad] == [
+        "mq._is_writer", "getattr(mq, '_group_writer_rank', None)", "mq._group_writer_rank"], bad
+    assert foreign_private_access(src, {"_is_writer", "_group_writer_rank"}) == []
+
+
+def test_no_module_touches_another_modules_private_names():
+    """Only the endpoint calls the ring's step methods (``_writer_*``/``_reader_*``, see
+    test_only_the_endpoint_calls_the_ring_steps); nothing else reaches into another module's
+    objects: the torch half and the group layer use ``MessageQueue``'s public ``is_writer``,
+    ``is_local_reader``, ``writer_rank``."""
+    steps = _ring_steps()
+    bad = {}
+    for m, p in MODS.items():
+        found = foreign_private_access(p.read_text(), steps if m == "ringcast.endpoint" else set())
+        if found:
+            bad[str(p.relative_to(ROOT))] = found
+    assert not bad, f"modules touching another module's private names: {bad}"

@@ -1,5 +1,12 @@
 """Exception types. Each subclasses the builtin that callers already catch (attrs' style), and each
-message says what happened, with the values, and how to fix it (Hypothesis' tone)."""
+message says what happened, with the values, and how to fix it (Hypothesis' tone).
+
+"Callers" includes code written for vLLM's ``MessageQueue`` (docs/engine.md, "vLLM 0.33
+compatibility"): where vLLM raises a builtin, ringcast's error for the same event subclasses it.
+vLLM 0.33 raises ``TimeoutError`` on a timeout (:class:`RingTimeoutError`), ``RuntimeError("cancelled")``
+in a reader woken by ``shutdown()`` (:class:`Cancelled`), ``RuntimeError("Only readers can
+dequeue")`` (:class:`RoleError`) and ``RuntimeError`` when /dev/shm is too small
+(:class:`ShmSpaceError`)."""
 
 from __future__ import annotations
 
@@ -29,9 +36,9 @@ class RingTimeoutError(RingcastError, TimeoutError):
     that have not released it (for the writer) and the time waited."""
 
 
-class Cancelled(RingcastError):
+class Cancelled(RingcastError, RuntimeError):
     """``shutdown()`` was called (possibly from another thread) while this side was waiting, or
-    before it started."""
+    before it started. A ``RuntimeError``, as vLLM's ``RuntimeError("cancelled")``."""
 
 
 class ClosedError(RingcastError, RuntimeError):
@@ -51,9 +58,10 @@ class LayoutError(HandleError):
     different parameters than the handle claims."""
 
 
-class ShmSpaceError(RingcastError, OSError):
+class ShmSpaceError(RingcastError, OSError, RuntimeError):
     """Not enough room for the segment: in /dev/shm for a named (posix) segment, in memory (the
-    memory cgroup's limit or the machine's MemAvailable) for an anonymous (memfd) one."""
+    memory cgroup's limit or the machine's MemAvailable) for an anonymous (memfd) one. Also a
+    ``RuntimeError``: vLLM's ``check_shm_free_space`` raises one for the same event."""
 
 
 class PeerDiedError(RingcastError):

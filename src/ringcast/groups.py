@@ -15,6 +15,7 @@ the queue class to build.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import socket
 import weakref
@@ -23,7 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 from .errors import RingcastError
 from .shm import Segment, can_attach
 
-__all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queue_for", "check_writer_rank"]
+__all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queues_to_one_reader", "queue_for",
+           "writer_rank_of", "check_writer_rank", "split_options"]
 
 logger = logging.getLogger("ringcast")
 
@@ -177,9 +179,22 @@ def _ref(obj):
         return lambda: obj
 
 
+def _open(mq) -> bool:
+    return mq is not None and not mq.shutting_down  # set by shutdown() and close()
+
+
 def _remember(group, writer_rank: int, mq) -> None:
-    _queues[:] = [e for e in _queues if e[2]() is not None and not getattr(e[2](), "_closed", False)]
+    _queues[:] = [e for e in _queues if e[2]() is not None]
     _queues.append((_ref(group), writer_rank, _ref(mq)))
+
+
+def writer_rank_of(mq) -> int | None:
+    """The group rank of the writer of ``mq``, a queue :func:`queue_from_group` made in this
+    process (``MessageQueue.writer_rank``); None for a queue made otherwise."""
+    for _g, w, q in _queues:
+        if q() is mq:
+            return w
+    return None
 
 
 def queue_for(group, writer_rank: int | None = None):
@@ -190,15 +205,63 @@ def queue_for(group, writer_rank: int | None = None):
         group = TorchObjectGroup(None).pg
     for g, w, q in reversed(_queues):
         mq = q()
-        if g() is group and (writer_rank is None or w == writer_rank) and mq is not None and not getattr(mq, "_closed", False):
+        if g() is group and (writer_rank is None or w == writer_rank) and _open(mq):
             return mq
     return None
 
 
-def check_writer_rank(writer_rank, world: int) -> None:
+def check_writer_rank(writer_rank, world: int, what: str = "writer_rank") -> None:
     """``writer_rank`` is a rank of a group of ``world`` members (else ValueError saying so)."""
     if isinstance(writer_rank, bool) or not isinstance(writer_rank, int) or not 0 <= writer_rank < world:
-        raise ValueError(f"writer_rank must be a group rank in [0, {world}), got {writer_rank!r}")
+        raise ValueError(f"{what} must be a group rank in [0, {world}), got {writer_rank!r}")
+
+
+def _keywords(fn) -> set[str]:
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {n for n, p in inspect.signature(fn).parameters.items() if p.kind in kinds}
+
+
+def split_options(queue_cls, kwargs: dict) -> tuple[dict, dict]:
+    """``(writer's, readers')`` share of a group constructor's queue options, by what each side
+    accepts: writer-only options (segment kind, arena, eviction, the remote channel's security)
+    go to the writer's constructor, reader-only ones (``allowed_classes``) to
+    ``create_from_handle``, per-side ones (spin, recheck_interval, warn_interval) to both. An
+    option neither side takes is a TypeError here, on every member alike."""
+    writer = _keywords(queue_cls.__init__) - {"self", "n_reader", "n_local_reader", "local_reader_ranks", "max_chunk_bytes",
+                                              "max_chunks", "connect_ip"}
+    reader = _keywords(queue_cls.create_from_handle) - {"handle", "rank"}
+    unknown = sorted(set(kwargs) - writer - reader)
+    if unknown:
+        raise TypeError(f"no queue side takes the option(s) {unknown}: the writer takes {sorted(writer)}, readers {sorted(reader)}")
+    return {k: v for k, v in kwargs.items() if k in writer}, {k: v for k, v in kwargs.items() if k in reader}
+
+
+def _check_group(g, src: int, what: str) -> tuple[int, int]:
+    rank, world = g.rank, g.world_size
+    if rank < 0:
+        raise ValueError("this process is not a member of the group; only members call create_from_process_group()")
+    check_writer_rank(src, world, what)
+    if world < 2 and what == "writer_rank":
+        raise ValueError("a MessageQueue needs at least one reader: the group has a single member (skip the queue, there is nobody to broadcast to)")
+    return rank, world
+
+
+def _who_sees(g: ObjectGroup, src: int, kind: str, force_remote: bool) -> list[bool]:
+    """Collective: for every member, whether it can attach to shared memory that group rank
+    ``src`` makes (``src`` itself: True). The probe is visible exactly to ``src``'s node."""
+    probe = _Probe(kind) if g.rank == src else None
+    try:
+        info = g.broadcast_obj(probe.info() if probe else None, src)
+        mine = {"sees": g.rank == src or (not force_remote and _sees(info)), "host": socket.gethostname(), "boot_id": _boot_id()}
+        everyone = g.all_gather_obj(mine)
+    finally:
+        if probe is not None:
+            probe.remove()
+    if g.rank == src:
+        for r, e in enumerate(everyone):
+            if not e["sees"] and e["host"] == mine["host"] and e["boot_id"] == mine["boot_id"]:
+                logger.info("ringcast: group rank %d shares this host but cannot open its shared memory (another container or user, or force_remote): it joins over TCP", r)
+    return [e["sees"] for e in everyone]
 
 
 def queue_from_group(
@@ -208,6 +271,8 @@ def queue_from_group(
     max_chunks: int,
     writer_rank: int = 0,
     *,
+    external_writer_handle=None,
+    blocking: bool = True,
     connect_ip: str | None = None,
     timeout: float | None = None,
     force_remote: bool = False,
@@ -216,7 +281,7 @@ def queue_from_group(
     """Collective over ``group`` (every member calls it): make a ``queue_cls`` (a MessageQueue)
     whose writer is group rank ``writer_rank`` and whose readers are all the other members.
     Returns the writer side on ``writer_rank`` and a reader side elsewhere, each past the READY
-    handshake.
+    handshake (``blocking=False``: not yet; every member then calls ``wait_until_ready()``).
 
     Locality is decided for real: the writer creates a small probe segment of the queue's kind
     and every member reports (``all_gather_obj``) whether it can open it and read its token; those that can attach to shared
@@ -224,43 +289,32 @@ def queue_from_group(
     address). ``force_remote=True`` makes *this* member join over TCP even if it could attach (a
     per-rank choice, e.g. to exercise the remote path on one machine). The handle, or the
     writer's error, travels with ``broadcast_obj``; if any reader fails to attach, every member
-    raises. ``kwargs`` (spin, recheck_interval, warn_interval) go to every queue side;
-    ``timeout`` bounds the READY handshake.
+    raises. ``kwargs`` are queue options, split by :func:`split_options` (writer-only ones to the
+    writer, per-side ones to every side); ``timeout`` bounds the READY handshake.
+
+    ``external_writer_handle`` (vLLM's): the queue exists already, written by a process outside
+    the group; group rank ``writer_rank`` joins it as a reader with that handle and passes the
+    handle on, and every member joins it as reader ``group rank`` (its ``local_reader_ranks``
+    must name them). Its writer calls ``wait_until_ready()`` too. Only ``writer_rank`` needs to
+    pass it (the others may pass None), as in vLLM.
     """
     g = as_object_group(group)
-    rank, world = g.rank, g.world_size
-    if rank < 0:
-        raise ValueError("this process is not a member of the group; only members call create_from_process_group()")
-    check_writer_rank(writer_rank, world)
-    if world < 2:
-        raise ValueError("a MessageQueue needs at least one reader: the group has a single member (skip the queue, there is nobody to broadcast to)")
+    rank, world = _check_group(g, writer_rank, "writer_rank")
+    writer_kw, reader_kw = split_options(queue_cls, kwargs)
     is_writer = rank == writer_rank
+    # Every member runs the same collectives: only the writer rank knows of an external handle.
+    sees = _who_sees(g, writer_rank, writer_kw.get("segment_kind", "auto"), force_remote)
+    local = [r for r in range(world) if r != writer_rank and sees[r]]
 
-    # Phase 1: who is local? The writer's probe is visible exactly to its node's processes.
-    probe = _Probe(kwargs.get("segment_kind", "auto")) if is_writer else None
-    try:
-        info = g.broadcast_obj(probe.info() if probe else None, writer_rank)
-        sees = is_writer or (not force_remote and _sees(info))
-        mine = {"sees": sees, "host": socket.gethostname(), "boot_id": _boot_id()}
-        everyone = g.all_gather_obj(mine)
-    finally:
-        if probe is not None:
-            probe.remove()
-    local = [r for r in range(world) if r != writer_rank and everyone[r]["sees"]]
-    if is_writer:
-        for r in range(world):
-            e = everyone[r]
-            if r != writer_rank and not e["sees"] and e["host"] == mine["host"] and e["boot_id"] == mine["boot_id"]:
-                logger.info("ringcast: group rank %d shares this host but cannot open its shared memory (another container or user, or force_remote): it joins over TCP", r)
-
-    # Phase 2: the writer creates the queue; the handle (or its error) goes to every reader.
-    mq = None
-    err = None
-    payload = None
+    # The writer creates the queue (or joins the external one); the handle, or its error, goes to every reader.
+    mq = err = payload = None
     if is_writer:
         try:
-            mq = queue_cls(world - 1, len(local), local, max_chunk_bytes, max_chunks, connect_ip, **kwargs)
-            payload = mq.export_handle()
+            if external_writer_handle is not None:
+                mq, payload = queue_cls.create_from_handle(external_writer_handle, rank, **reader_kw), external_writer_handle
+            else:
+                mq = queue_cls(world - 1, len(local), local, max_chunk_bytes, max_chunks, connect_ip, **writer_kw)
+                payload = mq.export_handle()
         except Exception as e:  # noqa: BLE001 - reported to every rank, re-raised below
             err = e
             payload = f"{type(e).__name__}: {e}"
@@ -269,18 +323,54 @@ def queue_from_group(
         if err is not None:
             raise err
         raise RingcastError(f"the writer (group rank {writer_rank}) could not create the queue: {payload}")
+    if not is_writer:
+        try:
+            mq = queue_cls.create_from_handle(payload, rank, **reader_kw)
+        except Exception as e:  # noqa: BLE001 - reported to every rank
+            err = e
+    _settle(g, mq, err, "attaching to the queue", blocking, timeout)
+    _remember(g.pg if isinstance(g, TorchObjectGroup) else group, writer_rank, mq)  # queue_for, writer_rank_of
+    return mq
+
+
+def queues_to_one_reader(queue_cls, group, max_chunk_bytes: int, max_chunks: int, reader_rank: int = 0, blocking: bool = False, *,
+                         connect_ip: str | None = None, timeout: float | None = None, force_remote: bool = False, **kwargs):
+    """Collective over ``group``: every member (``reader_rank`` too) creates a one-reader
+    ``queue_cls`` whose reader is to be group rank ``reader_rank``: local where that member can
+    attach to shared memory the reader makes (the probe of :func:`queue_from_group`), else over
+    TCP to ``connect_ip``. Returns ``(this member's writer, every member's handle in group rank
+    order)`` on ``reader_rank`` and ``(writer, [])`` elsewhere; the reader joins each with
+    ``create_from_handle(handle, 0)``. ``blocking=True`` runs ``wait_until_ready(timeout)``
+    before returning, which waits for the reader to have joined: the reader must join from
+    another thread (as in vLLM, whose ``create_from_process_group_single_reader`` this is)."""
+    g = as_object_group(group)
+    rank, _world = _check_group(g, reader_rank, "reader_rank")
+    writer_kw, _reader_kw = split_options(queue_cls, kwargs)
+    local = _who_sees(g, reader_rank, writer_kw.get("segment_kind", "auto"), force_remote)[rank]
+    mq = err = None
     try:
-        if not is_writer:
-            try:
-                mq = queue_cls.create_from_handle(payload, rank, **kwargs)
-            except Exception as e:  # noqa: BLE001
-                err = e
-        check_all(g, err is None, None if err is None else f"{type(err).__name__}: {err}", "attaching to the queue")
-        mq.wait_until_ready(timeout)
-        mq._group_writer_rank = writer_rank  # lets helpers check src on every rank alike
+        mq = queue_cls(1, int(local), [0] if local else [], max_chunk_bytes, max_chunks, connect_ip, **writer_kw)
+    except Exception as e:  # noqa: BLE001 - reported to every rank
+        err = e
+    _settle(g, mq, err, "creating the queues to one reader", False, None)
+    try:
+        handles = g.all_gather_obj(mq.export_handle())
+        if blocking:
+            mq.wait_until_ready(timeout)
+    except BaseException:
+        mq.close()
+        raise
+    return mq, (handles if rank == reader_rank else [])
+
+
+def _settle(g: ObjectGroup, mq, err: Exception | None, what: str, blocking: bool, timeout: float | None) -> None:
+    """Collective: raise on every member if ``err`` is set on one (:func:`check_all`), then with
+    ``blocking`` the READY handshake; this member's queue ``mq`` is closed if either raises."""
+    try:
+        check_all(g, err is None, None if err is None else f"{type(err).__name__}: {err}", what)
+        if blocking:
+            mq.wait_until_ready(timeout)
     except BaseException:
         if mq is not None:
             mq.close()
         raise
-    _remember(g.pg if isinstance(g, TorchObjectGroup) else group, writer_rank, mq)
-    return mq

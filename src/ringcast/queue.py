@@ -1,9 +1,9 @@
 """MessageQueue: the vLLM-compatible front. Pickled objects over the ring, with an overflow
 socket and remote readers.
 
-API-compatible with vLLM's ``shm_broadcast.MessageQueue`` for ``__init__``, ``export_handle``,
-``create_from_handle``, ``wait_until_ready``, ``enqueue``, ``dequeue``, ``broadcast_object``,
-``acquire_write``, ``acquire_read`` and ``close``; adds ``shutdown``, ``statistics``, precise
+A drop-in for vLLM 0.33's ``shm_broadcast.MessageQueue``: every public method, keyword, default
+and attribute of it, with its meaning (docs/engine.md, "vLLM 0.33 compatibility", name by name;
+tests/test_vllm_compat.py compares the signatures). Adds ``close``, ``statistics``, precise
 errors, and parking of idle waiters (:mod:`ringcast.waiting`).
 
 What it delegates, and where a newcomer finds it:
@@ -14,37 +14,45 @@ What it delegates, and where a newcomer finds it:
 * the sockets (overflow ipc socket, remote readers' TCP socket, CurveZMQ): :mod:`ringcast.channel`;
 * the handle and the READY handshake: :mod:`ringcast.handshake`.
 
-What stays here is the role of this side (writer, local reader, remote reader), timeouts and
-their messages, dead-peer handling, statistics, and lifetime (``shutdown``, ``close``).
+What stays here is the role of this side (writer, local reader, remote reader), the overflow
+and remote receives, statistics, and lifetime (``shutdown``, ``close``; collection without
+``close()``: :mod:`ringcast.lifetime`). Timeouts' messages and dead peers: :mod:`ringcast.roles`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import zmq
 
 from . import channel
 from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
+from .lifetime import release_on_collect, weak_method
 from .endpoint import ReaderEndpoint, WriterEndpoint
-from .errors import Cancelled, ClosedError, RingTimeoutError, RoleError
+from .errors import RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
-from .roles import QueueStatistics, ReaderSide, WriterSide, check_reader_counts, wait_policy
+from .roles import QueueRole, QueueStatistics, ReaderSide, Role, WriterSide, check_reader_counts, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
 
-__all__ = ["MessageQueue", "Handle", "QueueStatistics"]
+__all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
 logger = logging.getLogger("ringcast")
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
+#: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
+#: batches (1024 requests)"); ring = max_chunks of them, pages reserved at construction.
+DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
+#: The arena ``enable_shm_tensor_arena=True`` makes when ``tensor_arena_bytes`` is not given: 8
+#: slots of 32 MiB. vLLM maps 8 x 256 MiB lazily; ringcast reserves the pages up front (a short
+#: machine fails at construction, never with SIGBUS later), so it takes less by default.
+DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 
 
-class MessageQueue:
+class MessageQueue(QueueRole):
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
 
     The writer constructs it; readers get a :class:`Handle` (``export_handle()``) and call
@@ -63,7 +71,8 @@ class MessageQueue:
     (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
     else a named POSIX one. ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in
     ``tensor_arena_slots`` slots: contiguous numpy arrays and CPU tensors of >= 1 MiB reach local
-    readers as shared read-only views (:mod:`ringcast.arena`, docs/performance.md).
+    readers as shared read-only views (:mod:`ringcast.arena`, docs/performance.md);
+    ``enable_shm_tensor_arena=True`` (vLLM's spelling) means ``DEFAULT_ARENA_BYTES``.
     """
 
     # Safe class-level defaults so close() works on a half-built object.
@@ -74,22 +83,19 @@ class MessageQueue:
     local_socket = None
     remote_socket = None
     _ipc_path: str | None = None
-    _closed = False
     _busy = 0  # operations in progress (enqueue, dequeue, acquire_*, wait_until_ready)
     _auth = None
-    # The role: exactly one is True. The torch half reads _is_writer.
-    _is_writer = False
-    _is_local_reader = False
-    _is_remote_reader = False
+    _finalizer = None  # lifetime.release_on_collect's, once construction succeeded
 
     def __init__(
         self,
         n_reader: int,
         n_local_reader: int,
         local_reader_ranks: list[int] | None = None,
-        max_chunk_bytes: int = 1024 * 1024 * 10,
+        max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
         max_chunks: int = 10,
         connect_ip: str | None = None,
+        enable_shm_tensor_arena: bool = False,
         *,
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
@@ -120,9 +126,11 @@ class MessageQueue:
                 self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
                 self.buffer.register_writer()
                 ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
-                                    send_overflow=_weak(self._send_overflow))
+                                    send_overflow=weak_method(self._send_overflow))
                 self._side = WriterSide(ep, local_reader_ranks, bool(evict_dead_readers))
                 self._endpoint = ep
+                if enable_shm_tensor_arena and not tensor_arena_bytes:
+                    tensor_arena_bytes = DEFAULT_ARENA_BYTES
                 if tensor_arena_bytes:
                     self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
                 local_addr, self._ipc_path = channel.local_address()
@@ -151,13 +159,14 @@ class MessageQueue:
             topic=topic,
             tensor_arena=None if self._arena is None else self._arena.arena.handle(),
         )
+        self._release_on_collect()
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
         self._counters = Counters()
         self._cancelled = [False]
         self._messages = self._bytes = self._overflows = 0
-        self._unpickler = Unpickler(None, _weak(self._role), _weak(self._slot))
+        self._unpickler = Unpickler(None, weak_method(self._role), weak_method(self._slot))
         self._pickler = Pickler()
         self._side = None  # WriterSide / ReaderSide where this side waits on a ring
         self._auth = None
@@ -208,7 +217,7 @@ class MessageQueue:
                 self.buffer.register_reader(local)
                 self._unpickler.arena = reader_arena(handle, local)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
-                                    recv_overflow=_weak(self._recv_overflow))
+                                    recv_overflow=weak_method(self._recv_overflow))
                 self._side = ReaderSide(self._role(), ep)
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = ep
@@ -219,17 +228,34 @@ class MessageQueue:
         except BaseException:
             self.close()
             raise
+        self._release_on_collect()
         return self
 
+    def _release_on_collect(self) -> None:
+        self._finalizer = release_on_collect(self, self._ctx, (self.local_socket, self.remote_socket), self._auth, self._ipc_path,
+                                             (self.buffer, self._arena and self._arena.arena) if self._is_writer else ())
+
     @staticmethod
-    def create_from_process_group(pg, max_chunk_bytes: int = 1024 * 1024 * 10, max_chunks: int = 10, writer_rank: int = 0, **kwargs) -> "MessageQueue":
+    def create_from_process_group(pg, max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, max_chunks: int = 10, writer_rank: int = 0,
+                                  external_writer_handle: Handle | None = None, blocking: bool = True, **kwargs) -> "MessageQueue":
         """vLLM's spelling of :func:`ringcast.groups.queue_from_group` (collective over a process
         group: a ``torch.distributed`` group, or any object with the group protocol). The group
         layer sits below the queue and is given the class, so no import cycle; torch is imported
         only for a torch group."""
         from .groups import queue_from_group
 
-        return queue_from_group(MessageQueue, pg, max_chunk_bytes, max_chunks, writer_rank, **kwargs)
+        return queue_from_group(MessageQueue, pg, max_chunk_bytes, max_chunks, writer_rank, external_writer_handle=external_writer_handle,
+                                blocking=blocking, **kwargs)
+
+    @staticmethod
+    def create_from_process_group_single_reader(pg, max_chunk_bytes: int, max_chunks: int, reader_rank: int = 0, blocking: bool = False,
+                                                **kwargs) -> tuple["MessageQueue", list[Handle]]:
+        """vLLM's spelling of :func:`ringcast.groups.queues_to_one_reader`: every member writes a
+        one-reader queue read by group rank ``reader_rank``; returns ``(this member's writer, every
+        member's handle in rank order on the reader, [] elsewhere)``."""
+        from .groups import queues_to_one_reader
+
+        return queues_to_one_reader(MessageQueue, pg, max_chunk_bytes, max_chunks, reader_rank, blocking, **kwargs)
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """The READY handshake (:mod:`ringcast.handshake`): the writer waits until every reader
@@ -255,42 +281,6 @@ class MessageQueue:
             else:
                 reader_handshake(self.local_socket if self._is_local_reader else self.remote_socket, recv)
             self._ready = True
-
-    # -- roles and checks ------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"{self._role()} MessageQueue is closed")
-
-    def _role(self) -> str:
-        if self._is_writer:
-            return "writer"
-        if self._is_local_reader:
-            return f"local reader {self.local_reader_rank} (rank {self._rank})"
-        return f"remote reader (rank {self._rank})"
-
-    def _slot(self) -> int:
-        return self._endpoint.index if self._endpoint is not None else -1
-
-    @property
-    def current_idx(self) -> int:
-        """The chunk this side writes or reads next (vLLM's attribute; -1 for a remote reader)."""
-        if self._endpoint is not None:
-            return self._endpoint.index
-        return -1 if self._is_remote_reader else 0
-
-    def _check_writer(self, op: str) -> None:
-        self._check_open()
-        if not self._is_writer:
-            raise RoleError(f"{op}() is for the writer, but this MessageQueue is a {self._role()}; readers call dequeue()")
-
-    def _check_reader(self, op: str) -> None:
-        self._check_open()
-        if self._is_writer:
-            raise RoleError(f"{op}() is for readers, but this MessageQueue is the writer; the writer calls enqueue()")
-
-    def _check_cancelled(self, what: str) -> None:
-        if self._cancelled[0]:
-            raise Cancelled(f"{self._role()} {what}: shutdown() was called")
 
     def _recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None, copy: bool = True) -> list:
         """Receive one multipart message, honouring deadline, shutdown and a dead writer
@@ -357,8 +347,12 @@ class MessageQueue:
         self._overflows += 1
         return frames
 
-    def dequeue(self, timeout: float | None = None):
-        """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds."""
+    def dequeue(self, timeout: float | None = None, indefinite: bool = False):
+        """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds.
+        ``indefinite=True``: a wait expected to be long (an idle worker), not logged as one."""
+        if indefinite and self._side is not None:
+            with self._side.expected_long():
+                return self.dequeue(timeout)
         self._busy += 1
         try:
             if self._closed or self._is_writer:
@@ -381,10 +375,14 @@ class MessageQueue:
             self._busy -= 1
 
     @contextmanager
-    def acquire_read(self, timeout: float | None = None):
+    def acquire_read(self, timeout: float | None = None, indefinite: bool = False):
         """Wait for the next chunk and yield its memoryview; mark it read on exit, also when the
-        block raises. Local readers only."""
-        with self._in_use():
+        block raises. Local readers only. ``indefinite``: as :meth:`dequeue`'s.
+
+        The view is released on exit, but not a slice of it (or a numpy array built on it):
+        once the block exits the writer may reuse the chunk, and such a slice then reads the
+        next message's bytes. Copy out (``bytes(view[a:b])``) what must outlive the block."""
+        with self._in_use(), (self._side.expected_long() if indefinite and self._side else nullcontext()):
             self._check_reader("acquire_read")
             if not self._is_local_reader:
                 raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
@@ -393,6 +391,14 @@ class MessageQueue:
             with self._endpoint.read_chunk(timeout) as view:
                 yield view
 
+    @staticmethod
+    def recv(socket, timeout: float | None):
+        """vLLM's helper: the next message of ``socket`` (a ringcast queue's socket), unpickled;
+        ``RingTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds."""
+        if not socket.poll(None if timeout is None else max(0, int(check_timeout(timeout) * 1000))):
+            raise RingTimeoutError(f"no message on {socket!r} within timeout={timeout}s")
+        return Unpickler(None, _nothing, _nothing).from_frames(socket.recv_multipart(copy=False))
+
     def broadcast_object(self, obj=None):
         """Writer: enqueue ``obj`` and return it. Reader: return the next message."""
         if self._is_writer:
@@ -400,24 +406,7 @@ class MessageQueue:
             return obj
         return self.dequeue()
 
-    # -- lifetime and introspection --------------------------------------------------------------
-    def statistics(self) -> QueueStatistics:
-        c = self._counters
-        return QueueStatistics(
-            role="writer" if self._is_writer else ("local_reader" if self._is_local_reader else "remote_reader"),
-            messages=self._messages,
-            bytes=self._bytes + self._unpickler.oob_bytes,
-            overflows=self._overflows,
-            waits=c.waits,
-            spins=c.spins,
-            parks=c.parks,
-            wakeups=c.wakeups,
-            recheck_hits=c.recheck_hits,
-            timeouts=c.timeouts,
-            evictions=self._side.evictions if isinstance(self._side, WriterSide) else 0,
-            **(a.statistics() if (a := self._arena or self._unpickler.arena) else {}),
-        )
-
+    # -- lifetime ------------------------------------------------------------------------------------
     @contextmanager
     def _in_use(self):
         """Count an operation in progress: close() does not unmap or close sockets under it."""
@@ -460,6 +449,8 @@ class MessageQueue:
                 )
                 return
         self._cancelled[0] = True
+        if self._finalizer is not None:
+            self._finalizer.detach()  # released here, with the sockets' linger (queued messages flushed)
         channel.close_all((self.local_socket, self.remote_socket), self._auth, self._ctx, self._ipc_path)
         self.local_socket = self.remote_socket = self._auth = self._ctx = None
         for a in (self._arena, getattr(self._unpickler, "arena", None)):
@@ -471,27 +462,7 @@ class MessageQueue:
             self.buffer.unlink()
             self.buffer.close()
 
-    def __enter__(self) -> "MessageQueue":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<MessageQueue {self._role()} n_reader={getattr(self, 'n_reader', '?')} closed={self._closed}>"
-
 
 def _nothing() -> None:
     pass
 
-
-def _weak(method):
-    """``method`` of a MessageQueue, called through a weak reference: the queue's endpoint and
-    unpickler call back into it, and a queue that nobody closed must still be freed as soon as
-    its last reference goes (no reference cycle waiting for the garbage collector)."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args):
-        return ref()(*args)
-
-    return call

@@ -1,6 +1,7 @@
-"""The side a MessageQueue plays: writer or local reader (what it says and does when a wait on
-the ring takes long: timeouts, dead peers, eviction, the long-wait log), its wait policy, and the
-statistics of a side.
+"""The side a MessageQueue plays: its role and what it says about itself (:class:`QueueRole`, the
+queue's base class), what a writer or local reader says and does when a wait on the ring takes
+long (timeouts, dead peers, eviction, the long-wait log), its wait policy, and the statistics of
+a side.
 
 A :class:`WriterSide` / :class:`ReaderSide` is made for the side's endpoint and installs itself as
 its ``on_timeout`` and ``on_idle`` callbacks (:mod:`ringcast.endpoint`); it takes the ring and the
@@ -14,15 +15,26 @@ from __future__ import annotations
 import logging
 import os
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 
-from .errors import DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError
+from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError, RoleError
 from .shm import process_alive
 from .waiting import WaitPolicy
 
-__all__ = ["QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
+__all__ = ["Role", "QueueRole", "QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
 
 logger = logging.getLogger("ringcast")
+
+
+class Role(str, Enum):
+    """The part one MessageQueue object plays (``MessageQueue.role``); its value is the name
+    ``statistics().role`` reports."""
+
+    WRITER = "writer"
+    LOCAL_READER = "local_reader"  # attached to the ring (same node)
+    REMOTE_READER = "remote_reader"  # over TCP
 
 
 @dataclass(frozen=True)
@@ -107,10 +119,21 @@ class _Side:
         self.policy = endpoint.waiter.policy
         self._ep = weakref.proxy(endpoint)
         self.warned_at = 0.0
+        self.quiet = False  # True during a wait that is expected to be long (vLLM's indefinite=True)
         endpoint.on_timeout, endpoint.on_idle = self.timeout, self.idle
 
+    @contextmanager
+    def expected_long(self):
+        """No long-wait log inside the block (``dequeue(indefinite=True)``: an idle worker's
+        wait for the next request may last hours and is no sign of trouble)."""
+        was, self.quiet = self.quiet, True
+        try:
+            yield
+        finally:
+            self.quiet = was
+
     def log_long_wait(self, waited: float, detail: str) -> None:
-        if waited >= self.warned_at + self.policy.warn_interval:
+        if not self.quiet and waited >= self.warned_at + self.policy.warn_interval:
             self.warned_at = waited
             logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self.role, os.getpid(), waited, detail)
 
@@ -186,3 +209,115 @@ class ReaderSide(_Side):
                 f"{self.role} (pid {os.getpid()}) {what}, but the writer (pid {pid}) is dead; "
                 "no more messages can arrive: recreate the queue"
             )
+
+
+class QueueRole:
+    """The base of :class:`~ringcast.queue.MessageQueue`: what one queue object says about itself
+    and what it may do. Its role (:class:`Role`; vLLM's private ``_is_writer`` /
+    ``_is_local_reader`` / ``_is_remote_reader``, exactly one True) with the public read-only
+    ``role``, ``is_writer``, ``is_local_reader`` and ``writer_rank``; vLLM's attributes that are
+    read off the queue's state (``current_idx``, ``shutting_down``, ``tensor_arena``); the checks
+    each operation makes first (open, role, shutdown) and the errors they raise; statistics.
+
+    It reads the state :class:`~ringcast.queue.MessageQueue` keeps and changes none of it."""
+
+    _is_writer = False
+    _is_local_reader = False
+    _is_remote_reader = False
+    _closed = False
+    _endpoint = None
+    _arena = None
+
+    @property
+    def role(self) -> Role:
+        """Which side this object is: :class:`Role` ``WRITER``, ``LOCAL_READER`` or ``REMOTE_READER``."""
+        return Role.WRITER if self._is_writer else (Role.LOCAL_READER if self._is_local_reader else Role.REMOTE_READER)
+
+    @property
+    def is_writer(self) -> bool:
+        return self._is_writer
+
+    @property
+    def is_local_reader(self) -> bool:
+        """A reader attached to the ring (same node); False for the writer and remote readers."""
+        return self._is_local_reader
+
+    @property
+    def writer_rank(self) -> int | None:
+        """The group rank of the writer, for a queue made over a group (``create_from_process_group``);
+        None for one made directly."""
+        from .groups import writer_rank_of
+
+        return writer_rank_of(self)
+
+    @property
+    def shutting_down(self) -> bool:
+        """``shutdown()`` (or ``close()``) was called: every wait raises :class:`Cancelled` (vLLM's attribute)."""
+        return self._cancelled[0]
+
+    @property
+    def tensor_arena(self):
+        """This side's tensor arena (an ``ArenaWriter`` / ``ArenaReader``), or None (vLLM's attribute)."""
+        return self._arena or self._unpickler.arena
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self._role()} MessageQueue is closed")
+
+    def _role(self) -> str:
+        if self._is_writer:
+            return "writer"
+        if self._is_local_reader:
+            return f"local reader {self.local_reader_rank} (rank {self._rank})"
+        return f"remote reader (rank {self._rank})"
+
+    def _slot(self) -> int:
+        return self._endpoint.index if self._endpoint is not None else -1
+
+    @property
+    def current_idx(self) -> int:
+        """The chunk this side writes or reads next (vLLM's attribute; -1 for a remote reader)."""
+        if self._endpoint is not None:
+            return self._endpoint.index
+        return -1 if self._is_remote_reader else 0
+
+    def _check_writer(self, op: str) -> None:
+        self._check_open()
+        if not self._is_writer:
+            raise RoleError(f"{op}() is for the writer, but this MessageQueue is a {self._role()}; readers call dequeue()")
+
+    def _check_reader(self, op: str) -> None:
+        self._check_open()
+        if self._is_writer:
+            raise RoleError(f"{op}() is for readers, but this MessageQueue is the writer; the writer calls enqueue()")
+
+    def _check_cancelled(self, what: str) -> None:
+        if self._cancelled[0]:
+            raise Cancelled(f"{self._role()} {what}: shutdown() was called")
+
+    def statistics(self) -> QueueStatistics:
+        """A snapshot of this side's counters (:class:`QueueStatistics`)."""
+        c = self._counters
+        return QueueStatistics(
+            role=self.role.value,
+            messages=self._messages,
+            bytes=self._bytes + self._unpickler.oob_bytes,
+            overflows=self._overflows,
+            waits=c.waits,
+            spins=c.spins,
+            parks=c.parks,
+            wakeups=c.wakeups,
+            recheck_hits=c.recheck_hits,
+            timeouts=c.timeouts,
+            evictions=self._side.evictions if isinstance(self._side, WriterSide) else 0,
+            **(a.statistics() if (a := self._arena or self._unpickler.arena) else {}),
+        )
+
+    def __enter__(self) -> "QueueRole":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<MessageQueue {self._role()} n_reader={getattr(self, 'n_reader', '?')} closed={self._closed}>"

@@ -313,8 +313,8 @@ def store_group_queue(rank, world, writer_rank):
         # vLLM's spelling, with a group that is not torch's
         mq = MessageQueue.create_from_process_group(sg, MIB, 4, writer_rank, connect_ip="127.0.0.1", timeout=20)
         try:
-            out.append([mq.broadcast_object(("hi", i) if mq._is_writer else None) for i in range(3)])
-            big = mq.broadcast_object(b"x" * (2 * MIB) if mq._is_writer else None)
+            out.append([mq.broadcast_object(("hi", i) if mq.is_writer else None) for i in range(3)])
+            big = mq.broadcast_object(b"x" * (2 * MIB) if mq.is_writer else None)
             assert big == b"x" * (2 * MIB)
         finally:
             mq.close()
@@ -323,8 +323,8 @@ def store_group_queue(rank, world, writer_rank):
         remote = (writer_rank + 1) % world
         mq = queue_from_group(MessageQueue, mg, MIB, 4, writer_rank, connect_ip="127.0.0.1", timeout=20, force_remote=rank == remote)
         try:
-            role = "writer" if mq._is_writer else ("local" if mq._is_local_reader else "remote")
-            out.append((role, mq.broadcast_object({"r": rank} if mq._is_writer else None)))
+            role = "writer" if mq.is_writer else ("local" if mq.is_local_reader else "remote")
+            out.append((role, mq.broadcast_object({"r": rank} if mq.is_writer else None)))
         finally:
             mq.close()
         with pytest.raises(TypeError, match="broadcast_obj"):

@@ -44,11 +44,11 @@ def queue_roles(rank, world, spec, writer_rank, remote_ranks=()):
     mq = MessageQueue.create_from_process_group(g_pg, 1 * MIB, 4, writer_rank, connect_ip="127.0.0.1", timeout=20, force_remote=rank in remote_ranks)
     try:
         grank = dist.get_rank(g_pg)
-        role = "writer" if mq._is_writer else ("local" if mq._is_local_reader else "remote")
+        role = "writer" if mq.is_writer else ("local" if mq.is_local_reader else "remote")
         got = []
         for i in range(5):
-            got.append(mq.broadcast_object({"i": i, "from": grank} if mq._is_writer else None))
-        big = mq.broadcast_object(bytes(range(256)) * 8192 if mq._is_writer else None)  # 2 MiB > chunk: overflow path
+            got.append(mq.broadcast_object({"i": i, "from": grank} if mq.is_writer else None))
+        big = mq.broadcast_object(bytes(range(256)) * 8192 if mq.is_writer else None)  # 2 MiB > chunk: overflow path
         assert big == bytes(range(256)) * 8192
         return (grank, role, got, sorted(mq.local_reader_ranks))
     finally:

@@ -3,59 +3,12 @@ duck-typed: rank, world_size, broadcast_obj, all_gather_obj), and the argument c
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from ringcast import MessageQueue
 from ringcast.groups import as_object_group, queue_for, queue_from_group
 
-
-class _Shared:
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.barrier = threading.Barrier(n, timeout=30)
-        self.slots: list = [None] * n
-
-
-class ThreadGroup:
-    """Member ``rank`` of a group of ``n`` threads; each collective is two barrier rounds."""
-
-    def __init__(self, shared: _Shared, rank: int) -> None:
-        self.shared, self.rank, self.world_size = shared, rank, shared.n
-
-    def all_gather_obj(self, obj) -> list:
-        self.shared.slots[self.rank] = obj
-        self.shared.barrier.wait()
-        out = list(self.shared.slots)
-        self.shared.barrier.wait()
-        return out
-
-    def broadcast_obj(self, obj, src: int):
-        return self.all_gather_obj(obj if self.rank == src else None)[src]
-
-
-def _run(n: int, fn) -> list:
-    shared = _Shared(n)
-    out: list = [None] * n
-    errors: list = []
-
-    def body(r):
-        try:
-            out[r] = fn(ThreadGroup(shared, r))
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-            shared.barrier.abort()
-
-    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a member did not finish"
-    if errors:
-        raise errors[0]
-    return out
+from _thread_group import run_group as _run
 
 
 @pytest.mark.timeout(90)
@@ -68,8 +21,8 @@ def test_queue_over_a_group_of_threads(writer_rank):
         try:
             if g.rank == writer_rank:
                 assert queue_for(g, writer_rank) is mq and queue_for(g, remote) is None
-            role = "writer" if mq._is_writer else ("local" if mq._is_local_reader else "remote")
-            got = [mq.broadcast_object(i if mq._is_writer else None) for i in range(3)]
+            role = "writer" if mq.is_writer else ("local" if mq.is_local_reader else "remote")
+            got = [mq.broadcast_object(i if mq.is_writer else None) for i in range(3)]
             g.all_gather_obj(None)  # every member has read before anyone closes
             return role, got
         finally:

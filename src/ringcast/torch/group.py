@@ -89,12 +89,12 @@ class GroupBase:
             device = torch.device("cuda", torch.cuda.current_device()) if wants_cuda else torch.device("cpu")
         self.device = torch.device(device)
         if mq is not None:
-            if mq._is_writer != (self.rank == writer_rank):
+            if mq.is_writer != (self.rank == writer_rank):
                 raise ValueError(
-                    f"mq is a {'writer' if mq._is_writer else 'reader'} but this process is group rank {self.rank} and "
+                    f"mq is a {'writer' if mq.is_writer else 'reader'} but this process is group rank {self.rank} and "
                     f"writer_rank={writer_rank}: pass the writer_rank the queue was made with"
                 )
-            known = getattr(mq, "_group_writer_rank", None)
+            known = mq.writer_rank
             if known is not None and known != writer_rank:
                 raise BroadcastError(f"writer_rank={writer_rank} but this queue's writer is group rank {known}")
             self.mq = mq

@@ -61,7 +61,7 @@ def _reply_queues(g: GroupBase, timeout: float | None, connect_ip: str | None = 
     handle = None
     if not g.is_writer:
         try:
-            local = bool(g.mq._is_local_reader)
+            local = bool(g.mq.is_local_reader)
             mine = MessageQueue(1, int(local), [0] if local else [], _REPLY_CHUNK_BYTES, _REPLY_CHUNKS, connect_ip)
             handle = mine.export_handle()
         except Exception as e:  # noqa: BLE001 - reported to every rank

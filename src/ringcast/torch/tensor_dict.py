@@ -122,13 +122,13 @@ def broadcast_tensor_dict_with_queue(
             "with create_from_process_group(cpu_group, ..., writer_rank=src) in this process, or pass mq= or a BroadcastGroup"
         )
     rank = dist.get_rank(cpu_group)
-    known = getattr(mq, "_group_writer_rank", None)
+    known = None if mq is None else mq.writer_rank
     if known is not None and known != src:
         raise BroadcastError(f"src={src} but the queue's writer is group rank {known}: only the writer can send over this queue")
-    if mq is not None and mq._is_writer != (rank == src):
+    if mq is not None and mq.is_writer != (rank == src):
         raise BroadcastError(
             f"src={src} must be the queue's writer: this process is group rank {rank} and its queue side is a "
-            f"{'writer' if mq._is_writer else 'reader'}"
+            f"{'writer' if mq.is_writer else 'reader'}"
         )
     if mq is None:
         return tensor_dict

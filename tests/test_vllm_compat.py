@@ -1,0 +1,564 @@
+"""ringcast's MessageQueue as a drop-in for vLLM 0.33's (docs/engine.md, "vLLM 0.33 compatibility").
+
+* the public surface: every public method, keyword, default and instance attribute of vLLM's
+  class, read from vLLM 0.33's own source through ../shared/peers/vllm_peer.py (skipped, with
+  the reason, where that peer is not set up);
+* what vLLM code does with it: ``dequeue(indefinite=True)``, ``enable_shm_tensor_arena=True``,
+  ``except RuntimeError`` around a shut-down queue, ``shutting_down``, the group constructors'
+  ``external_writer_handle=`` / ``blocking=`` and ``create_from_process_group_single_reader``;
+* a queue nobody closes, in a reference cycle: ``gc.collect()`` returns (vLLM has no ``close()``,
+  so drop-in users never call one), in the writer's process and in a reader's, with messages
+  pending and without;
+* group options reach the side that takes them (writer-only ones only the writer), so a tensor
+  arena can be made through a group.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringcast import Cancelled, MessageQueue, RingcastError
+from ringcast.groups import split_options
+from ringcast.queue import DEFAULT_ARENA_BYTES
+from ringcast.roles import Role
+
+from _procs import CTX, Children
+from _thread_group import run_group
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_DIR = Path(os.environ.get("RINGCAST_VLLM_PEER_DIR", ROOT.parent / "shared" / "peers"))
+MIB = 1 << 20
+
+#: vLLM public names ringcast does not provide, each with the reason (docs/engine.md repeats it).
+NOT_PROVIDED = {
+    "ReadTimeoutWithWarnings": "vLLM's internal helper of acquire_read (a deadline plus warning times); "
+    "ringcast's waits and their long-wait log live in ringcast.waiting / ringcast.roles",
+}
+
+
+# -- the public surface, name by name -----------------------------------------------------------------
+def describe(cls) -> dict:
+    """Every public name of ``cls`` (and ``__init__``): its kind and, for callables, each
+    parameter as ``[name, kind, has_default, repr(default)]``."""
+    out = {}
+    names = {n for k in reversed(cls.__mro__[:-1]) for n in vars(k) if not n.startswith("_")} | {"__init__"}
+    for name in sorted(names):
+        raw = inspect.getattr_static(cls, name)
+        if isinstance(raw, staticmethod):
+            kind = "staticmethod"
+        elif isinstance(raw, classmethod):
+            kind = "classmethod"
+        elif isinstance(raw, property):
+            kind = "property"
+        elif inspect.isclass(raw):
+            kind = "class"
+        elif inspect.isfunction(raw):
+            kind = "function"
+        else:
+            kind = "attribute"
+        params = None
+        if kind in ("staticmethod", "classmethod", "function"):
+            params = [[p.name, p.kind.name, p.default is not p.empty, repr(p.default) if p.default is not p.empty else None]
+                      for p in inspect.signature(getattr(cls, name)).parameters.values()]
+        out[name] = {"kind": kind, "params": params}
+    return out
+
+
+def instance_attributes(source: str, class_name: str = "MessageQueue") -> list[str]:
+    """The public ``self.X`` attributes the class's own methods assign (read from its source;
+    not those of a nested class)."""
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    out = set()
+    methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+    for n in (n for f in methods for n in ast.walk(f)):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and not t.attr.startswith("_"):
+                out.add(t.attr)
+    return sorted(out)
+
+
+def incompatibilities(theirs: dict, ours: dict) -> list[str]:
+    """What a call valid against ``theirs`` (a :func:`describe`) would do differently against
+    ``ours``: a missing name, another kind, a positional parameter at another place, a keyword
+    we do not take, another default, or a parameter of ours that such a call would not fill."""
+    out = []
+    for name, t in theirs.items():
+        o = ours.get(name)
+        if o is None:
+            out.append(f"{name}: missing")
+            continue
+        if o["kind"] != t["kind"]:
+            out.append(f"{name}: a {o['kind']} here, a {t['kind']} in vLLM")
+            continue
+        if t["params"] is None:
+            continue
+        mine = {p[0]: p for p in o["params"]}
+        takes_any = any(p[1] == "VAR_KEYWORD" for p in o["params"])
+        for i, (pname, pkind, has_default, default) in enumerate(t["params"]):
+            if pkind in ("VAR_POSITIONAL", "VAR_KEYWORD"):
+                continue
+            p = mine.get(pname)
+            if p is None:
+                if not takes_any:
+                    out.append(f"{name}({pname}=): not accepted")
+                continue
+            if pkind == "POSITIONAL_OR_KEYWORD" and (i >= len(o["params"]) or o["params"][i][0] != pname):
+                out.append(f"{name}: positional parameter {i} is {pname} in vLLM, {o['params'][i][0] if i < len(o['params']) else 'absent'} here")
+            if has_default and (not p[2] or p[3] != default):
+                out.append(f"{name}({pname}=): default {default} in vLLM, {p[3] if p[2] else 'none'} here")
+        theirs_names = {p[0] for p in t["params"]}
+        for pname, pkind, has_default, _ in o["params"]:
+            if pname not in theirs_names and not has_default and pkind not in ("VAR_POSITIONAL", "VAR_KEYWORD"):
+                out.append(f"{name}({pname}): required here, unknown to vLLM")
+    return out
+
+
+_PEER_SCRIPT = """
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import vllm_peer, test_vllm_compat as t
+try:
+    mod = vllm_peer.load_vllm_shm_broadcast()
+except vllm_peer.PeerUnavailable as e:
+    print(json.dumps({"unavailable": str(e)}))
+    raise SystemExit(0)
+src = open(mod.__file__).read()
+print(json.dumps({"surface": t.describe(mod.MessageQueue), "attrs": t.instance_attributes(src)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def vllm_surface() -> dict:
+    """vLLM 0.33's MessageQueue, described in a child interpreter (the peer puts stand-in ``vllm``
+    modules into sys.modules, which must not leak into this one). Never downloads: skips unless
+    ``python ../shared/peers/vllm_peer.py setup`` has extracted the sources."""
+    if not (PEER_DIR / "vllm_peer.py").is_file():
+        pytest.skip(f"the vLLM peer is not set up: no {PEER_DIR / 'vllm_peer.py'} (set RINGCAST_VLLM_PEER_DIR)")
+    sys.path.insert(0, str(PEER_DIR))
+    try:
+        import vllm_peer
+    finally:
+        sys.path.remove(str(PEER_DIR))
+    manifest = vllm_peer.DEFAULT_CACHE_DIR / f"src-vllm-{vllm_peer.VLLM_VERSION}" / "MANIFEST.json"
+    if not manifest.is_file():
+        pytest.skip(f"vLLM {vllm_peer.VLLM_VERSION}'s sources are not extracted ({manifest} missing): run "
+                    f"`python3 {PEER_DIR / 'vllm_peer.py'} setup` once (it downloads the wheel)")
+    r = subprocess.run([sys.executable, "-c", _PEER_SCRIPT, str(PEER_DIR), str(Path(__file__).parent)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if "unavailable" in got:
+        pytest.skip(f"the vLLM peer cannot load here: {got['unavailable']}")
+    return got
+
+
+def test_every_public_name_of_vllms_class_is_accepted(vllm_surface):
+    theirs = {n: d for n, d in vllm_surface["surface"].items() if n not in NOT_PROVIDED}
+    assert set(NOT_PROVIDED) <= set(vllm_surface["surface"]), "an exception for a name vLLM does not have"
+    problems = incompatibilities(theirs, describe(MessageQueue))
+    assert not problems, "vLLM 0.33 calls ringcast does not take alike:\n" + "\n".join(problems)
+
+
+def test_every_public_attribute_of_vllms_queues_is_readable(vllm_surface):
+    w = MessageQueue(1, 1, max_chunk_bytes=4096, max_chunks=2)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        for q in (w, r):
+            missing = [a for a in vllm_surface["attrs"] if not hasattr(q, a)]
+            assert not missing, f"{q!r} lacks vLLM's attributes {missing}"
+    finally:
+        r.close()
+        w.close()
+
+
+def test_the_comparison_sees_each_kind_of_difference():
+    def f(self, a, b=1, *, c=None):
+        pass
+
+    theirs = {"f": {"kind": "function", "params": [["self", "POSITIONAL_OR_KEYWORD", False, None], ["a", "POSITIONAL_OR_KEYWORD", False, None],
+                                                   ["b", "POSITIONAL_OR_KEYWORD", True, "1"], ["c", "KEYWORD_ONLY", True, "None"]]}}
+    ours = {"f": dict(theirs["f"])}
+    assert incompatibilities(theirs, ours) == []
+    assert incompatibilities(theirs, {}) == ["f: missing"]
+    assert incompatibilities(theirs, {"f": {"kind": "staticmethod", "params": theirs["f"]["params"]}}) == ["f: a staticmethod here, a function in vLLM"]
+    swapped = [theirs["f"]["params"][i] for i in (0, 2, 1, 3)]
+    assert any("positional parameter 1" in p for p in incompatibilities(theirs, {"f": {"kind": "function", "params": swapped}}))
+    other_default = [*theirs["f"]["params"][:2], ["b", "POSITIONAL_OR_KEYWORD", True, "2"], theirs["f"]["params"][3]]
+    assert incompatibilities(theirs, {"f": {"kind": "function", "params": other_default}}) == ["f(b=): default 1 in vLLM, 2 here"]
+    assert incompatibilities(theirs, {"f": {"kind": "function", "params": theirs["f"]["params"][:3]}}) == ["f(c=): not accepted"]
+    extra = [*theirs["f"]["params"], ["d", "KEYWORD_ONLY", False, None]]
+    assert incompatibilities(theirs, {"f": {"kind": "function", "params": extra}}) == ["f(d): required here, unknown to vLLM"]
+    assert describe(type("K", (), {"f": f}))["f"]["params"] == theirs["f"]["params"]
+
+
+def test_names_ringcast_does_not_provide_are_documented():
+    chapter = (ROOT / "docs" / "engine.md").read_text().split("## vLLM 0.33 compatibility", 1)
+    assert len(chapter) == 2, "docs/engine.md has no 'vLLM 0.33 compatibility' chapter"
+    for name in NOT_PROVIDED:
+        assert f"`{name}`" in chapter[1], f"{name} is not provided but docs/engine.md does not say why"
+
+
+def test_defaults_are_vllms():
+    sig = inspect.signature(MessageQueue)
+    assert sig.parameters["max_chunk_bytes"].default == 24 * MIB
+    assert list(sig.parameters)[:7] == ["n_reader", "n_local_reader", "local_reader_ranks", "max_chunk_bytes", "max_chunks",
+                                        "connect_ip", "enable_shm_tensor_arena"]
+    cfpg = inspect.signature(MessageQueue.create_from_process_group).parameters
+    assert list(cfpg)[:6] == ["pg", "max_chunk_bytes", "max_chunks", "writer_rank", "external_writer_handle", "blocking"]
+    assert cfpg["blocking"].default is True and cfpg["external_writer_handle"].default is None
+    single = inspect.signature(MessageQueue.create_from_process_group_single_reader).parameters
+    assert list(single)[:5] == ["pg", "max_chunk_bytes", "max_chunks", "reader_rank", "blocking"] and single["blocking"].default is False
+
+
+# -- behaviour vLLM code relies on ----------------------------------------------------------------------
+def _ready(w, r) -> None:
+    t = threading.Thread(target=r.wait_until_ready, args=(10,))
+    t.start()
+    w.wait_until_ready(10)
+    t.join()
+
+
+def _pair(**kw):
+    w = MessageQueue(1, 1, None, 4096, 4, **kw)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0, **{k: v for k, v in kw.items() if k in ("spin", "recheck_interval", "warn_interval")})
+    _ready(w, r)
+    return w, r
+
+
+def _long_wait_logs(caplog):
+    return [rec for rec in caplog.records if "still waiting" in rec.getMessage()]
+
+
+@pytest.mark.parametrize("how", ["dequeue", "acquire_read"])
+def test_indefinite_waits_are_not_logged_as_long(caplog, how):
+    """vLLM's worker loop calls ``dequeue(indefinite=True)``: an idle worker may wait for hours,
+    and the long-wait log is for waits that are not expected. warn_interval is tiny here, so
+    every timed wake of a logged wait would log."""
+    w, r = _pair(spin=0, recheck_interval=0.005, warn_interval=1e-9)
+    caplog.set_level(logging.WARNING, logger="ringcast")
+    try:
+        def wait(**kw):
+            if how == "dequeue":
+                r.dequeue(0.1, **kw)
+            else:
+                with r.acquire_read(0.1, **kw):
+                    pass
+
+        with pytest.raises(TimeoutError):
+            wait(indefinite=True)
+        assert _long_wait_logs(caplog) == []
+        with pytest.raises(TimeoutError):
+            wait()  # the same wait, not marked: logged
+        assert _long_wait_logs(caplog)
+        w.enqueue("after")
+        assert r.dequeue(5, True) == "after"  # positional, as vLLM's signature allows
+    finally:
+        r.close()
+        w.close()
+
+
+def test_enable_shm_tensor_arena_makes_the_default_arena():
+    w = MessageQueue(1, 1, None, 64 * 1024, 4, None, True)  # vLLM's positional spelling
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        _ready(w, r)
+        assert w.tensor_arena is not None and r.tensor_arena is not None
+        assert w.tensor_arena.arena.n_slots * w.tensor_arena.arena.slot_bytes <= DEFAULT_ARENA_BYTES
+        a = np.arange(2 * MIB // 8, dtype=np.int64)
+        w.enqueue(a)
+        b = r.dequeue(5)
+        assert np.array_equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
+        del b
+    finally:
+        r.close()
+        w.close()
+    plain = MessageQueue(1, 1, None, 4096, 2)
+    try:
+        assert plain.tensor_arena is None
+    finally:
+        plain.close()
+
+
+def test_shutdown_raises_what_vllm_callers_catch():
+    w, r = _pair(spin=0)
+    try:
+        assert (w.shutting_down, r.shutting_down) == (False, False)
+        r.shutdown()
+        assert r.shutting_down
+        with pytest.raises(RuntimeError, match="shutdown"):  # vLLM: RuntimeError("cancelled")
+            r.dequeue(5)
+        assert issubclass(Cancelled, RuntimeError) and issubclass(Cancelled, RingcastError)
+    finally:
+        r.close()
+        w.close()
+    assert w.shutting_down  # close() cancels too
+
+
+def test_role_is_public_and_read_only():
+    w, r = _pair()
+    try:
+        assert (w.role, w.is_writer, w.is_local_reader, w.writer_rank) == (Role.WRITER, True, False, None)
+        assert (r.role, r.is_writer, r.is_local_reader) == (Role.LOCAL_READER, False, True)
+        assert w.statistics().role == "writer" and r.statistics().role == "local_reader"
+        with pytest.raises(AttributeError):
+            w.is_writer = False
+    finally:
+        r.close()
+        w.close()
+
+
+def test_static_recv_reads_a_remote_message():
+    w = MessageQueue(1, 0, None, 4096, 2, "127.0.0.1")
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        _ready(w, r)
+        w.enqueue({"x": [1, 2]})
+        assert MessageQueue.recv(r.remote_socket, 5) == {"x": [1, 2]}
+        with pytest.raises(TimeoutError):
+            MessageQueue.recv(r.remote_socket, 0.01)
+    finally:
+        r.close()
+        w.close()
+
+
+# -- the group constructors ---------------------------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_group_options_go_to_the_side_that_takes_them():
+    wkw, rkw = split_options(MessageQueue, {"spin": 0, "warn_interval": 5.0, "segment_kind": "posix", "tensor_arena_bytes": 1,
+                                            "tensor_arena_slots": 2, "allowed_classes": ["x.Y"], "evict_dead_readers": True})
+    assert set(wkw) == {"spin", "warn_interval", "segment_kind", "tensor_arena_bytes", "tensor_arena_slots", "evict_dead_readers"}
+    assert set(rkw) == {"spin", "warn_interval", "allowed_classes"}
+    with pytest.raises(TypeError, match="bogus"):
+        split_options(MessageQueue, {"bogus": 1})
+
+
+@pytest.mark.timeout(90)
+def test_a_tensor_arena_through_a_process_group():
+    """Writer-only options (arena, segment kind) used to reach the readers' create_from_handle,
+    which does not take them: no arena could be made through a group."""
+    a = np.arange(2 * MIB // 8, dtype=np.int64)
+
+    def member(g):
+        mq = MessageQueue.create_from_process_group(g, 64 * 1024, 4, 0, tensor_arena_bytes=8 * MIB, tensor_arena_slots=2,
+                                                    segment_kind="posix", spin=0, timeout=20)
+        try:
+            got = mq.broadcast_object(a if mq.is_writer else None)
+            s = mq.statistics()
+            del got
+            g.all_gather_obj(None)  # every member has read before anyone closes
+            return mq.writer_rank, s.arena_hits, np.array_equal(a, a)
+        finally:
+            mq.close()
+
+    res = run_group(3, member)
+    assert [x[:2] for x in res] == [(0, 1)] * 3
+
+
+@pytest.mark.timeout(90)
+def test_external_writer_handle_and_non_blocking_group():
+    """vLLM's create_mq_broadcaster: a queue written outside the group; its group rank
+    ``writer_rank`` joins it with the external handle and every member reads it. ``blocking=False``
+    leaves the handshake to the caller."""
+    ext = MessageQueue(3, 3, [0, 1, 2], 4096, 4)
+
+    def member(g):
+        mq = MessageQueue.create_from_process_group(g, 4096, 4, 1, ext.export_handle() if g.rank == 1 else None, False)
+        try:
+            g.all_gather_obj(None)  # every member has joined (subscribed)
+            if g.rank == 0:  # the outside writer, driven from one thread
+                ext.wait_until_ready(20)
+                ext.enqueue("from outside", timeout=20)
+            mq.wait_until_ready(20)
+            got = mq.dequeue(10)
+            g.all_gather_obj(None)
+            return mq.role, mq.writer_rank, got
+        finally:
+            mq.close()
+
+    try:
+        assert run_group(3, member) == [(Role.LOCAL_READER, 1, "from outside")] * 3
+    finally:
+        ext.close()
+
+
+@pytest.mark.timeout(90)
+def test_create_from_process_group_single_reader():
+    def member(g):
+        mq, handles = MessageQueue.create_from_process_group_single_reader(g, 4096, 4, 2)
+        readers = []
+        try:
+            assert mq.is_writer and (len(handles) == 3) == (g.rank == 2) and mq.writer_rank is None
+            if g.rank == 2:
+                readers = [MessageQueue.create_from_handle(h, 0) for h in handles]
+                ts = [threading.Thread(target=q.wait_until_ready, args=(20,)) for q in readers]
+                for t in ts:
+                    t.start()
+            g.all_gather_obj(None)
+            mq.wait_until_ready(20)
+            mq.enqueue(("from", g.rank))
+            if g.rank == 2:
+                for t in ts:
+                    t.join()
+                return [q.dequeue(10) for q in readers]
+            return None
+        finally:
+            g.all_gather_obj(None)
+            for q in readers:
+                q.close()
+            mq.close()
+
+    out = run_group(3, member)
+    assert out[2] == [("from", 0), ("from", 1), ("from", 2)] and out[:2] == [None, None]
+
+
+# -- collection never blocks ----------------------------------------------------------------------------
+def _collect_in_cycle(queues: list) -> dict:
+    """Put ``queues`` (unclosed) into a reference cycle, drop this list's references, collect
+    (the caller holds no other reference). ``freed``: the queues are gone."""
+    import gc
+    import time
+    import weakref
+
+    refs = [weakref.ref(q) for q in queues]
+    cycle: list = [*queues]
+    cycle.append(cycle)
+    for q in queues:
+        q.cycle = cycle  # e.g. an exception stored beside the queue, holding its frame
+    queues.clear()
+    del cycle, q
+    t0 = time.monotonic()
+    gc.collect()
+    return {"freed": all(r() is None for r in refs), "seconds": time.monotonic() - t0}
+
+
+def _guard() -> None:
+    import faulthandler
+    import gc
+
+    gc.disable()  # the collection happens where the test calls it
+    faulthandler.dump_traceback_later(30, exit=True)  # a hang ends the child with a traceback
+
+
+def child_writer_collected(handle_q, pending: bool, kind: str) -> dict:
+    """A writer (one local, one remote reader in the parent) dropped unclosed in a cycle."""
+    _guard()
+    w = MessageQueue(2, 1, None, 4096, 4, "127.0.0.1", segment_kind=kind)
+    handle_q.put(w.export_handle())
+    w.wait_until_ready(20)
+    if pending:  # nobody reads: three chunks and one overflow payload on each socket
+        for i in range(3):
+            w.enqueue(i, timeout=5)
+        w.enqueue(b"x" * 100_000, timeout=5)
+    qs = [w]
+    del w
+    return _collect_in_cycle(qs)
+
+
+def child_reader_collected(handle, rank: int, sent) -> dict:
+    """A reader dropped unclosed in a cycle, after the writer sent it messages it never read."""
+    _guard()
+    r = MessageQueue.create_from_handle(handle, rank)
+    r.wait_until_ready(20)
+    if not sent.wait(20):
+        raise TimeoutError("the writer did not send")
+    qs = [r]
+    del r
+    return _collect_in_cycle(qs)
+
+
+def child_both_collected(pending: bool, kind: str) -> dict:
+    """The issue's case: writer and reader of one process, in one cycle."""
+    _guard()
+    w = MessageQueue(1, 1, None, 4096, 4, segment_kind=kind)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    t = threading.Thread(target=r.wait_until_ready, args=(20,))
+    t.start()
+    w.wait_until_ready(20)
+    t.join()
+    if pending:
+        w.enqueue(1, timeout=5)
+        w.enqueue(b"x" * 100_000, timeout=5)
+    qs = [w, r]
+    del w, r, t
+    return _collect_in_cycle(qs)
+
+
+def child_writer_before_handshake_collected(kind: str) -> dict:
+    """A writer collected before any reader joined: its segment name must go with it."""
+    _guard()
+    w = MessageQueue(1, 1, None, 4096, 2, segment_kind=kind)
+    name = w.buffer.segment.name
+    qs = [w]
+    del w
+    out = _collect_in_cycle(qs)
+    out["name_left"] = os.path.exists(f"/dev/shm/{name}")
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("kind", ["auto", "posix"])
+def test_gc_of_an_unclosed_writer_in_a_cycle_returns(pending, kind):
+    with Children(timeout=60) as ch:
+        handle_q = CTX.Queue()
+        ch.start("w", child_writer_collected, handle_q, pending, kind)
+        h = handle_q.get(timeout=30)
+        readers = [MessageQueue.create_from_handle(h, 0), MessageQueue.create_from_handle(h, 1)]
+        try:
+            for q in readers:
+                q.wait_until_ready(20)
+            got = ch.wait()["w"]
+        finally:
+            for q in readers:
+                q.close()
+    assert got["freed"], got
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pending", [False, True])
+def test_gc_of_an_unclosed_reader_in_a_cycle_returns(pending):
+    w = MessageQueue(2, 1, None, 4096, 4, "127.0.0.1")
+    sent = CTX.Event()
+    try:
+        with Children(timeout=60) as ch:
+            ch.start("local", child_reader_collected, w.export_handle(), 0, sent)
+            ch.start("remote", child_reader_collected, w.export_handle(), 1, sent)
+            w.wait_until_ready(20)
+            if pending:
+                for i in range(3):
+                    w.enqueue(i, timeout=5)
+                w.enqueue(b"x" * 100_000, timeout=5)
+            sent.set()
+            got = ch.wait()
+    finally:
+        w.close()
+    assert got["local"]["freed"] and got["remote"]["freed"], got
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pending", [False, True])
+def test_gc_of_writer_and_reader_in_one_cycle_returns(pending):
+    with Children(timeout=60) as ch:
+        ch.start("both", child_both_collected, pending, "auto")
+        got = ch.wait()["both"]
+    assert got["freed"], got
+
+
+@pytest.mark.timeout(120)
+def test_gc_of_a_writer_before_its_handshake_removes_its_segment_name():
+    with Children(timeout=60) as ch:
+        ch.start("w", child_writer_before_handshake_collected, "posix")
+        got = ch.wait()["w"]
+    assert got["freed"] and not got["name_left"], got
