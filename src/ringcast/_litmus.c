@@ -172,6 +172,7 @@ static const struct shape_info SHAPES[N_SHAPES] = {
 
 #define BATCH 4096
 #define LINE 64
+#define GRACE_S 2.0 /* past its budget, how long a side waits at a barrier before the run is aborted */
 #define SPINS_BEFORE_YIELD 2048 /* then sched_yield: the other side may be waiting for our CPU */
 
 struct slot {
@@ -185,7 +186,8 @@ struct run {
     uint32_t abort;
     uint32_t batch_n;
     int shape, ctl;
-    double deadline;
+    double deadline;      /* the budget: no batch starts after it */
+    double hard_deadline; /* a side still waiting for the other at a barrier then gives up */
     uint32_t flag[BATCH] __attribute__((aligned(LINE)));
     uint32_t pay[BATCH] __attribute__((aligned(LINE)));
     uint32_t w[BATCH] __attribute__((aligned(LINE)));
@@ -285,7 +287,7 @@ iterate(struct run *r, int shape, int ctl, int t, uint32_t n, uint64_t *gen)
 {
     long yielded = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int b = barrier(r->arrive, &r->abort, t, ++*gen, r->deadline, NULL);
+        int b = barrier(r->arrive, &r->abort, t, ++*gen, r->hard_deadline, NULL);
         if (b < 0)
             return -1;
         yielded += b;
@@ -338,14 +340,14 @@ side_main(void *arg)
                 r->pay[i] = r->w[i] = r->r0[i] = r->r1[i] = 0;
             }
         }
-        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->deadline, NULL) < 0)
+        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->hard_deadline, NULL) < 0)
             break;
         uint32_t n = r->batch_n;
         long y = iterate_dispatch(r, s->t, n, &gen);
         if (y < 0)
             break;
         s->res->yielded[s->t] += (uint64_t)y;
-        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->deadline, NULL) < 0)
+        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->hard_deadline, NULL) < 0)
             break;
         if (s->t == 0) {
             for (uint32_t i = 0; i < n; i++)
@@ -354,7 +356,7 @@ side_main(void *arg)
             r->stop = s->res->done >= s->iterations || (s->stop_at_first && s->res->forbidden > 0) ||
                       now_s() > r->deadline;
         }
-        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->deadline, NULL) < 0)
+        if (barrier(r->arrive, &r->abort, s->t, ++gen, r->hard_deadline, NULL) < 0)
             break;
         if (r->stop)
             break;
@@ -379,6 +381,7 @@ litmus_run(int shape, int ctl, uint64_t iterations, double budget_s, int stop_at
     r->shape = shape;
     r->ctl = ctl;
     r->deadline = now_s() + budget_s;
+    r->hard_deadline = r->deadline + GRACE_S;
     struct side a = {r, 0, iterations, stop_at_first, res}, b = {r, 1, iterations, stop_at_first, res};
     err = pthread_create(&th, NULL, side_main, &b);
     if (err == 0) {
@@ -512,11 +515,11 @@ futex_hunt(int ctl, uint64_t iterations, double budget_s, double sleep_timeout_s
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(3);
-        hunt_waiter(h, deadline + 1.0, &ts);
+        hunt_waiter(h, deadline + GRACE_S + sleep_timeout_s + 1.0, &ts);
         _exit(0);
     }
     for (;;) {
-        int b = barrier(h->arrive, &h->abort, 0, ++gen, deadline, hunt_child_alive);
+        int b = barrier(h->arrive, &h->abort, 0, ++gen, deadline + GRACE_S + sleep_timeout_s, hunt_child_alive);
         if (b < 0 || h->stop)
             break;
         res->yielded += (uint64_t)b;
@@ -539,7 +542,7 @@ futex_hunt(int ctl, uint64_t iterations, double budget_s, double sleep_timeout_s
             else if (woken < 0)
                 res->errors++;
         }
-        if (barrier(h->arrive, &h->abort, 0, ++gen, deadline, hunt_child_alive) < 0)
+        if (barrier(h->arrive, &h->abort, 0, ++gen, deadline + GRACE_S + sleep_timeout_s, hunt_child_alive) < 0)
             break;
         res->done++;
         if (h->outcome == O_TIMEOUT_FLAG_SET) {

@@ -211,9 +211,12 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
                     f"so {p} was not exercised here" + _busy(row["control_yielded"])
                 )
     for (shape, control), r in by.items():
-        if r["aborted"] or r["iterations"] < res["iterations"]:
-            res["warnings"].append(f"{shape} {'control of ' + control if control else 'shipped'}: stopped at its time budget after "
-                                   f"{r['iterations']} of {res['iterations']} iterations")
+        what = f"{shape} {'control of ' + control if control else 'shipped'}"
+        if r["aborted"]:
+            res["errors"].append(f"{what}: aborted after {r['iterations']} iterations (a thread waited for the other at the "
+                                 "barrier for more than 2 s past the job's time budget)")
+        elif r["iterations"] < res["iterations"]:
+            res["warnings"].append(f"{what}: stopped at its time budget after {r['iterations']} of {res['iterations']} iterations")
     res["rows"] = rows
     hunt = {}
     for control, name in ((False, "shipped"), (True, "control")):
@@ -225,7 +228,8 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
         if h["errors"]:
             res["errors"].append(f"futex hunt ({name}): {h['errors']} futex call(s) failed")
         if h["aborted"]:
-            res["errors"].append(f"futex hunt ({name}): aborted (the waiter process died or missed the deadline; status {h['child_status']})")
+            res["errors"].append(f"futex hunt ({name}): aborted after {h['iterations']} iterations (the waiter process died, or "
+                                 f"one side waited for the other for more than 2 s past the time budget; waiter status {h['child_status']})")
         if name == "shipped" and h["lost"]:
             res["violations"]["futex hunt shipped lost wake-ups"] = h["lost"]
             res["examples"].append(f"futex hunt (F6N, F6W): {h['lost']} lost wake-up(s) with the shipped fences in {h['iterations']} "
