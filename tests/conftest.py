@@ -118,7 +118,9 @@ def _socket_dirs() -> set[str]:
     from ringcast.channel import IPC_DIR_PREFIX, _ipc_bases
 
     out = set()
-    for base in _ipc_bases():
+    for base, _problem in _ipc_bases(create=False):
+        if base is None:
+            continue
         try:
             out |= {os.path.join(base, n) for n in os.listdir(base) if n.startswith(f"{IPC_DIR_PREFIX}{os.getpid()}-")}
         except OSError:

@@ -24,11 +24,11 @@ import time
 
 import pytest
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from ringcast import HandleError, MessageQueue, RingTimeoutError
 from ringcast import channel
 
+from _clients import Client
 from _procs import CTX, Children
 
 MCB = 256  # max_chunk_bytes: the messages with a 1000-byte pad go over the overflow channel
@@ -47,39 +47,14 @@ def _wait_for(cond, what: str, limit: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-class Stray:
-    """A same-user SUB socket without the handle's secret, connected (ZMTP handshake done, so its
-    subscription is on its way) before the function returns."""
-
-    def __init__(self, addr: str, topic: bytes) -> None:
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SUBSCRIBE, topic)
-        mon = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        try:
-            self.sock.connect(addr)
-            deadline = time.monotonic() + 10
-            while True:
-                left = deadline - time.monotonic()
-                assert left > 0, f"the stray subscriber did not connect to {addr} within 10s"
-                if mon.poll(int(left * 1000)) and recv_monitor_message(mon)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    break
-        finally:
-            self.sock.disable_monitor()
-            mon.close(0)
-
-    def received(self, wait_ms: int) -> int:
-        """Messages that arrived (waiting at most ``wait_ms`` for the first)."""
-        n = 0
-        while self.sock.poll(wait_ms if n == 0 else 0):
-            self.sock.recv_multipart()
-            n += 1
-        return n
-
-    def close(self) -> None:
-        self.sock.close(0)
-        self.ctx.term()
+def Stray(addr: str, topic: bytes, handle=None) -> Client:
+    """A same-user SUB subscribed to ``topic`` (not the handle's secret), whose ZMTP handshake has
+    ended before the function returns: ``refused`` False (connected, so its subscription is on
+    its way) or True (the writer's TCP socket refused to authenticate it). ``handle``: present
+    the handle's credentials, as a holder of the handle would (default: none, as a stranger)."""
+    c = Client(addr, handle=handle, kind=zmq.SUB, subscribe=topic)
+    c.refused = not c.connect()
+    return c
 
 
 @pytest.fixture
@@ -116,13 +91,17 @@ def _handshake(w, readers) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("where", ["local", "remote-tcp-without-curve"])
+@pytest.mark.parametrize("where", ["local", "remote", "remote-insecure"])
 def test_stray_subscriber_connected_first_is_not_counted_and_receives_nothing(where):
+    """Locally a same-user stray connects but is not admitted; over TCP a stranger (no handle)
+    is not even authenticated, with CURVE (the default) or without (remote_insecure: PLAIN)."""
     local = where == "local"
-    w = MessageQueue(2, 2 if local else 0, max_chunk_bytes=MCB, max_chunks=2, connect_ip=None if local else "127.0.0.1")
+    w = MessageQueue(2, 2 if local else 0, max_chunk_bytes=MCB, max_chunks=2, connect_ip=None if local else "127.0.0.1",
+                     remote_insecure=where == "remote-insecure")
     h = w.export_handle()
     addr = h.local_subscribe_addr if local else h.remote_subscribe_addr
     strays = [Stray(addr, b""), Stray(addr, b"not-the-secret"), Stray(addr, h.topic[:-1])]
+    assert [s.refused for s in strays] == [not local] * 3
     readers = []
     try:
         # Only strays are connected: the handshake cannot complete (it times out, counting none).
@@ -310,14 +289,16 @@ def test_writer_socket_dropped_without_close_removes_its_directory():
 @pytest.mark.timeout(60)
 def test_a_subscription_with_the_secret_after_the_handshake_is_served():
     """A remote reader whose TCP connection drops subscribes again when it reconnects: the writer
-    admits such a subscription (with the secret only) before its next message."""
+    admits such a subscription (from a holder of the handle, with the secret) before its next
+    message, and sends READY again for it; a stranger is not even authenticated."""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1")
     h = w.export_handle()
     readers, late, stray = [], None, None
     try:
         readers = [MessageQueue.create_from_handle(h, 0)]
         _handshake(w, readers)
-        late, stray = Stray(h.remote_subscribe_addr, h.topic), Stray(h.remote_subscribe_addr, b"")
+        late, stray = Stray(h.remote_subscribe_addr, h.topic, handle=h), Stray(h.remote_subscribe_addr, b"")
+        assert (late.refused, stray.refused) == (False, True)
         deadline = time.monotonic() + 20
         i = 0
         while not late.sock.poll(0):  # its subscription reaches the writer at some point
@@ -326,6 +307,8 @@ def test_a_subscription_with_the_secret_after_the_handshake_is_served():
             assert readers[0].dequeue(timeout=5) == i
             i += 1
             late.sock.poll(20)
+        assert late.sock.recv_multipart() == [h.topic, b"READY"]  # its own READY, then messages
+        assert late.sock.poll(5000)
         frames = late.sock.recv_multipart()
         assert frames[0] == h.topic and len(frames) == 2
         w.enqueue("last", timeout=5)

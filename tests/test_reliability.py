@@ -328,7 +328,8 @@ def test_segments_are_owner_only_and_unguessable():
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq without CURVE")
 def test_curve_remote_channel_admits_only_handle_holders():
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_curve=True)
+    """CURVE is the remote channel's default: only the handle's client key gets in."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1")
     h = w.export_handle()
     assert h.remote_curve_keys is not None
     ctx = zmq.Context()

@@ -8,14 +8,24 @@ close; a queue created later by the same user sweeps directories whose writer di
 Remote readers (other nodes) never touch the ring and get every message whole over a TCP XPUB
 socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port race).
 
-Both sockets admit only subscribers presenting the queue's secret topic (random, in the handle):
-the writer's XPUB runs in ``XPUB_MANUAL`` mode and applies a subscription only if its topic is
-exactly the secret, so a stray subscriber neither counts for the READY handshake nor receives
-anything. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
-send and strips it on receive). High-water marks are 0 (unbounded) on both ends so that ZeroMQ
-never drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
-docs/reliability.md notes. ``remote_curve=True`` encrypts and authenticates the TCP channel:
-only holders of the queue's handle can connect or decrypt.
+Both sockets count for the READY handshake only subscribers presenting the queue's secret topic
+(random, in the handle). The local (ipc) XPUB runs in ``XPUB_MANUAL`` mode and applies a
+subscription only if its topic is exactly the secret, so a stray same-user subscriber neither
+counts nor receives anything. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
+send and strips it on receive). Outbound high-water marks are 0 (unbounded) so that ZeroMQ never
+drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
+docs/reliability.md notes.
+
+The TCP socket authenticates every connection before it may send a byte (a ZAP handler in the
+writer, :func:`start_auth`): CurveZMQ by default (encrypted; the keys travel in the handle), or,
+with ``remote_insecure=True``, ZMTP PLAIN with the secret topic as the password (cleartext: a
+sniffer can read it, and everything else). So every TCP peer holds the handle, and the TCP XPUB
+applies each subscription itself, to the connection it came on (not ``XPUB_MANUAL``): libzmq's
+manual mode pairs the subscription the application applies with a queue of connections that an
+upstream *data* frame does not enter, so one peer's frames could make the writer subscribe
+another peer's connection (a stranger took a remote reader's place that way before, issue 20).
+Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17),
+RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per message sent.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from .errors import HandleError
 from .shm import process_alive, process_start_time
 
 __all__ = [
-    "xpub", "sub", "TopicSocket", "new_topic", "start_curve", "local_address", "remove_local", "default_ip",
+    "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "check_remote_security", "credentials", "READY", "local_address", "remove_local", "default_ip",
     "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all",
 ]
 
@@ -46,6 +56,15 @@ IPC_SOCKET = "overflow.sock"
 _SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscriptions
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
+
+READMIT_BATCH = 16  # upstream messages the writer handles before one message it sends (bounded work)
+UPSTREAM_MAX = 1024  # bytes: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped)
+UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue upstream
+HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
+PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN, the topic's hex as password
+READY = b"READY"  # the writer's handshake message (ringcast.handshake)
+
+logger = logging.getLogger("ringcast")
 
 POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
 
@@ -91,20 +110,47 @@ def new_topic() -> bytes:
     return secrets.token_bytes(TOPIC_BYTES)
 
 
-def _ipc_bases() -> list[str]:
-    """Where the queue's socket directory may go: $XDG_RUNTIME_DIR if it is an absolute path to
-    a directory of ours we can write, then the temp dir."""
-    out = []
+#: The per-user runtime directory systemd makes (0700, emptied at logout), when XDG_RUNTIME_DIR
+#: is unset (e.g. a service, or `su` without a login session).
+RUN_USER = f"/run/user/{os.getuid()}"
+
+
+def _private_dir(path: str) -> bool:
+    """``path`` is a directory of ours that no other user can write to, and we can."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+            and os.access(path, os.W_OK | os.X_OK))
+
+
+def _user_cache_dir(create: bool) -> str:
+    """``~/.cache/ringcast``, created 0700 (if ``create``): a place of our own that another user
+    cannot fill."""
+    path = os.path.join(os.path.expanduser("~"), ".cache", "ringcast")
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    if not _private_dir(path):
+        raise OSError(errno.EPERM, f"{path} is not a directory private to uid {os.getuid()}")
+    return path
+
+
+def _ipc_bases(create: bool = True):
+    """Where the queue's socket directory may go, in order: $XDG_RUNTIME_DIR and /run/user/UID
+    (absolute, ours, writable by no one else), the temp dir (TMPDIR, /tmp, ...: shared, so
+    another user can fill it), then ``~/.cache/ringcast`` (created 0700 on first use). Yields
+    ``(base, None)``, or ``(None, problem)`` for a candidate that cannot be used (``create``
+    False: the last is not created, only listed if it exists)."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isabs(xdg):
-        try:
-            st = os.stat(xdg)
-        except OSError:
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and os.access(xdg, os.W_OK | os.X_OK):
-            out.append(xdg)
-    out.append(tempfile.gettempdir())
-    return out
+    for d in (xdg, RUN_USER):
+        if d and os.path.isabs(d) and _private_dir(d):
+            yield d, None
+    yield tempfile.gettempdir(), None
+    try:
+        yield _user_cache_dir(create), None
+    except OSError as e:
+        yield None, f"~/.cache/ringcast: {e.strerror}"
 
 
 def _sweep(base: str) -> None:
@@ -123,7 +169,7 @@ def _sweep(base: str) -> None:
             st = e.stat(follow_symlinks=False)
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not process_alive(*writer):
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and process_alive(*writer) is False:
             path = os.path.join(e.path, IPC_SOCKET)
             if not _listening(path):  # a writer in another PID namespace sharing this dir may be alive
                 remove_local(path)
@@ -152,7 +198,10 @@ def local_address() -> tuple[str, str]:
     """``(address, path)`` of a fresh ipc endpoint for the overflow socket: ``path`` is a socket
     file in a new directory created 0700 for this queue; :func:`remove_local` removes both."""
     problems = []
-    for base in _ipc_bases():
+    for base, problem in _ipc_bases():
+        if base is None:
+            problems.append(problem)
+            continue
         _sweep(base)
         try:
             d = tempfile.mkdtemp(prefix=f"{IPC_DIR_PREFIX}{os.getpid()}-{process_start_time()}-", dir=base)
@@ -166,8 +215,8 @@ def local_address() -> tuple[str, str]:
         problems.append(f"{base}: the socket path {path!r} is longer than {_SUN_PATH_MAX} bytes")
     raise OSError(
         errno.ENOENT,
-        f"no directory for the queue's local socket ({'; '.join(problems)}): set TMPDIR or XDG_RUNTIME_DIR to a "
-        "short, writable directory",
+        f"no directory for the queue's local socket (tried {'; '.join(problems)}): set XDG_RUNTIME_DIR (or TMPDIR) "
+        "to a short directory you can write to",
     )
 
 
@@ -190,23 +239,39 @@ class TopicSocket:
     put the topic first and :meth:`admit` applies a subscription that presents it; on a reader's
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
-    __slots__ = ("sock", "topic", "_strip", "_more", "readmit", "_next_readmit", "__weakref__")
+    __slots__ = ("sock", "topic", "_strip", "_manual", "_more", "readmit", "ready_again", "after_ready", "_next_readmit",
+                 "__weakref__")
 
-    def __init__(self, sock, topic: bytes, strip: bool) -> None:
-        self.sock, self.topic, self._strip = sock, topic, strip
+    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False) -> None:
+        self.sock, self.topic, self._strip, self._manual = sock, topic, strip, manual
         self._more = False  # inside a multipart message being sent frame by frame
         #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
         #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
-        #: subscribes again on reconnect). Checking costs ~3 us, a clock read ~0.05 us.
+        #: subscribes again on reconnect; at most READMIT_BATCH per message, so a flood of
+        #: upstream messages costs each enqueue a bounded amount). Checking costs ~3 us, a clock
+        #: read ~0.05 us.
         self.readmit = False
+        #: Writer (remote socket): send READY again after such an admission, so a reader whose
+        #: subscription arrived after the handshake completes its own (another holder of the
+        #: handle may have been counted in its place). Reader (remote socket): the writer does
+        #: so; messages may precede this reader's READY, and READYs follow it (both skipped).
+        self.ready_again = False
+        #: Reader: its handshake is done; a later READY (for another reader) is skipped.
+        self.after_ready = False
         self._next_readmit = 0.0
 
     def _readmit(self) -> None:
         now = time.monotonic()
         if now >= self._next_readmit:
             self._next_readmit = now + READMIT_INTERVAL
-            while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self.admit(self.sock.recv_multipart())
+            admitted = False
+            for _ in range(READMIT_BATCH):
+                if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    break
+                admitted |= self.admit(self.sock.recv_multipart())
+            if admitted and self.ready_again:
+                self.sock.send(self.topic, _SNDMORE)
+                self.sock.send(READY)
 
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False):
         if not self._more:
@@ -224,19 +289,27 @@ class TopicSocket:
         for k, f in enumerate(frames):
             sock.send(f, _SNDMORE if k < last else 0, copy=copy)
 
-    def recv_multipart(self, copy: bool = True) -> list:
+    def recv_multipart(self, copy: bool = True) -> list | None:
+        """The next message (without the topic on a reader); None for a READY meant for another
+        reader, once this one's handshake is done (``after_ready``)."""
         frames = self.sock.recv_multipart(copy=copy)
-        return frames[1:] if self._strip else frames
+        if self._strip:
+            frames = frames[1:]
+            if self.after_ready and len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY:
+                return None
+        return frames
 
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
         return self.sock.poll(timeout, flags)
 
     def admit(self, msg: list) -> bool:
         """Writer: ``msg`` (from recv_multipart) is a subscription to exactly the secret topic:
-        apply it to the pipe it came from (XPUB_MANUAL) and say so. Anything else (another
-        topic, an unsubscription, a message) is ignored: that peer receives nothing."""
+        say so, and on the manual (local) socket apply it to the pipe it came from. Anything else
+        (another topic, an unsubscription, a message) is ignored; on the local socket that peer
+        receives nothing."""
         if len(msg) == 1 and msg[0] == b"\x01" + self.topic:
-            self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+            if self._manual:
+                self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
             return True
         return False
 
@@ -245,14 +318,23 @@ class TopicSocket:
 
 
 def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket:
+    """The writer's socket on ``addr``. A tcp:// one authenticates every peer through the ZAP
+    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (topic as password)."""
     s = ctx.socket(zmq.XPUB)
-    if curve_secret is not None:
-        s.setsockopt(zmq.CURVE_SERVER, 1)
-        s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
-    s.setsockopt(zmq.XPUB_VERBOSE, 1)
-    s.setsockopt(zmq.XPUB_MANUAL, 1)  # subscriptions apply only when admit() says so
+    if addr.startswith("tcp://"):
+        if curve_secret is not None:
+            s.setsockopt(zmq.CURVE_SERVER, 1)
+            s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
+        else:
+            s.setsockopt(zmq.PLAIN_SERVER, 1)
+        s.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+    manual = not addr.startswith("tcp://")
+    s.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription reaches the application (READY counts)
+    if manual:
+        s.setsockopt(zmq.XPUB_MANUAL, 1)  # subscriptions apply only when admit() says so
     s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.RCVHWM, UPSTREAM_HWM)
+    s.setsockopt(zmq.MAXMSGSIZE, UPSTREAM_MAX)
     s.setsockopt(zmq.LINGER, 5000)  # flush queued messages on close, but never hang forever
     if ipv6:
         s.setsockopt(zmq.IPV6, 1)
@@ -261,7 +343,7 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     except zmq.ZMQError:
         s.close(0)
         raise
-    ts = TopicSocket(s, topic, strip=False)
+    ts = TopicSocket(s, topic, strip=False, manual=manual)
     if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
         weakref.finalize(ts, remove_local, addr[len("ipc://"):])
     return ts
@@ -296,11 +378,8 @@ def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> To
     if addr.startswith("ipc://"):
         addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
     s = ctx.socket(zmq.SUB)
-    if curve_keys is not None:
-        server_public, client_public, client_secret = curve_keys
-        s.setsockopt(zmq.CURVE_SERVERKEY, server_public)
-        s.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
-        s.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
+    if addr.startswith("tcp://"):
+        credentials(s, topic, curve_keys)
     s.setsockopt(zmq.RCVHWM, 0)
     s.setsockopt(zmq.LINGER, 0)
     if ipv6:
@@ -311,15 +390,53 @@ def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> To
     except zmq.ZMQError as e:
         s.close(0)
         raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
-    return TopicSocket(s, topic, strip=True)
+    ts = TopicSocket(s, topic, strip=True)
+    ts.ready_again = addr.startswith("tcp://")
+    return ts
 
 
-def start_curve(ctx):
-    """Keys for an encrypted, authenticated remote channel, and a ZAP handler that admits only
-    the client key that travels in the handle. Returns ``(authenticator, server secret key,
-    (server public, client public, client secret))``; stop the authenticator at close."""
+def check_remote_security(insecure: bool) -> None:
+    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
+    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
+    if insecure:
+        logger.warning(
+            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
+            "sniff it can read every message and replay the handle's secret to join as a reader"
+        )
+    elif not zmq.has("curve"):
+        raise RuntimeError(
+            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
+            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
+            "remote_insecure=True to accept a cleartext channel"
+        )
+
+
+def credentials(sock, topic: bytes, curve_keys) -> None:
+    """Give a client socket what the writer's TCP socket asks of it (:func:`xpub`): the CURVE
+    keys of the handle, or PLAIN with the topic when the handle has none (remote_insecure)."""
+    if curve_keys is not None:
+        server_public, client_public, client_secret = curve_keys
+        sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
+    else:
+        sock.setsockopt_string(zmq.PLAIN_USERNAME, PLAIN_USER)
+        sock.setsockopt_string(zmq.PLAIN_PASSWORD, topic.hex())
+
+
+def start_auth(ctx, topic: bytes, curve: bool):
+    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
+    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
+    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
+    ``(authenticator, server secret key or None, (server public, client public, client secret)
+    or None)``; stop the authenticator at close."""
     from zmq.auth.thread import ThreadAuthenticator
 
+    auth = ThreadAuthenticator(ctx, log=logging.getLogger("ringcast.zap"))
+    auth.start()
+    if not curve:
+        auth.configure_plain(domain="*", passwords={PLAIN_USER: topic.hex()})
+        return auth, None, None
     server_public, server_secret = zmq.curve_keypair()
     client_public, client_secret = zmq.curve_keypair()
 
@@ -327,8 +444,6 @@ def start_curve(ctx):
         def callback(self, domain, key):
             return key == client_public
 
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("ringcast.zap"))
-    auth.start()
     auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
     return auth, server_secret, (server_public, client_public, client_secret)
 
@@ -362,5 +477,8 @@ def recv_frames(sock, deadline: float | None, check_cancelled, on_idle_poll, on_
         if wait <= 0:
             raise on_timeout(now - start)
         if sock.poll(max(1, int(wait * 1000)), zmq.POLLIN):
-            return sock.recv_multipart(copy=copy)
+            frames = sock.recv_multipart(copy=copy)
+            if frames is not None:  # None: a READY for another reader (TopicSocket.after_ready)
+                return frames
+            continue
         on_idle_poll()

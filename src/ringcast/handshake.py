@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .channel import TOPIC_BYTES
+from .channel import READY, TOPIC_BYTES
 from .errors import HandleError
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
 HANDLE_VERSION = 3  # 2: the subscription secret (topic); 3: the tensor arena
-READY = b"READY"
 
 
 @dataclass
@@ -44,8 +43,43 @@ class Handle:
     version: int = HANDLE_VERSION
 
 
+def _is_int(v, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
+
+
+def _bad_field(h: Handle) -> str | None:
+    """The first field of ``h`` that no writer's handle can have, or None. Nothing here reads
+    or maps anything: every field a reader acts on is checked before it touches a segment."""
+    ranks = h.local_reader_ranks
+    if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks) or len(set(ranks)) != len(ranks):
+        return "local_reader_ranks"
+    if not _is_int(h.n_reader, max(1, len(ranks))):
+        return "n_reader"
+    if ranks:  # local readers: the ring has exactly one read flag per local reader
+        b = h.buffer_handle
+        if not (isinstance(b, tuple) and len(b) == 4 and b[0] == len(ranks) and _is_int(b[1], 1) and _is_int(b[2], 1)
+                and isinstance(b[3], str)):
+            return "buffer_handle"
+        if not (isinstance(h.local_subscribe_addr, str) and h.local_subscribe_addr.startswith("ipc://")):
+            return "local_subscribe_addr"
+        a = h.tensor_arena
+        if a is not None and not (isinstance(a, tuple) and len(a) == 4 and isinstance(a[0], str) and a[1] == len(ranks)
+                                  and _is_int(a[2], 1) and _is_int(a[3], 1)):
+            return "tensor_arena"
+    if h.n_reader > len(ranks):  # remote readers
+        if not (isinstance(h.remote_subscribe_addr, str) and h.remote_subscribe_addr.startswith("tcp://")):
+            return "remote_subscribe_addr"
+        k = h.remote_curve_keys
+        if k is not None and not (isinstance(k, tuple) and len(k) == 3 and all(isinstance(x, bytes) and len(x) == 40 for x in k)):
+            return "remote_curve_keys"
+    if not isinstance(h.remote_addr_ipv6, bool):
+        return "remote_addr_ipv6"
+    return None
+
+
 def check_handle(handle, rank) -> None:
-    """A reader's handle and rank are usable (else :class:`HandleError` saying why)."""
+    """A reader's handle and rank are usable (else :class:`HandleError` saying why). Every field
+    is checked here, before the reader attaches to or writes anything."""
     if not isinstance(handle, Handle):
         raise HandleError(f"expected a ringcast Handle (from MessageQueue.export_handle()), got {type(handle).__name__}")
     if handle.version != HANDLE_VERSION:
@@ -58,6 +92,13 @@ def check_handle(handle, rank) -> None:
         raise HandleError(
             f"the handle's subscription secret must be {TOPIC_BYTES} bytes, got {handle.topic!r}: use the handle "
             "exactly as export_handle() returned it"
+        )
+    bad = _bad_field(handle)
+    if bad is not None:
+        raise HandleError(
+            f"the handle's {bad} is invalid ({getattr(handle, bad)!r}; local_reader_ranks "
+            f"{handle.local_reader_ranks!r}, n_reader {handle.n_reader!r}): the handle was altered or damaged; "
+            "use the handle exactly as export_handle() returned it"
         )
 
 
@@ -97,9 +138,23 @@ def writer_handshake(channels, recv) -> None:
         if n:
             sock.send(READY)
             sock.readmit = True
+            sock.ready_again = kind == "remote"  # a remote reader counted late gets its READY too
 
 
 def reader_handshake(sock, recv) -> None:
-    msg = recv(sock, "waiting for the writer's READY")
-    if msg != [READY]:
-        raise HandleError(f"expected READY from the writer, got {msg[:1]!r}: the handle's address belongs to another queue")
+    """Wait for the writer's READY. On the remote channel the writer applies a subscription as it
+    arrives but sees it (and sends READY for it) only before its next message, so messages may
+    come first: they were sent before this reader was admitted and are skipped."""
+    skipped = 0
+    while True:
+        what = f"waiting for the writer's READY ({skipped} earlier message(s) skipped)" if skipped else "waiting for the writer's READY"
+        msg = recv(sock, what)
+        if len(msg) == 1 and bytes(msg[0]) == READY or not sock.ready_again:
+            break
+        skipped += 1
+    if len(msg) != 1 or bytes(msg[0]) != READY:
+        raise HandleError(
+            f"expected READY from the writer, got a {len(msg)}-frame message starting {bytes(msg[0])[:16]!r}: a message "
+            "of a queue this reader was not admitted to; the handle's address belongs to another queue"
+        )
+    sock.after_ready = True

@@ -65,8 +65,10 @@ class MessageQueue(QueueRole):
 
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
-    for good, spec model ``evict_correct``) and the others go on. ``remote_curve=True`` encrypts
-    and authenticates the remote channel (docs/reliability.md). ``segment_kind`` ("auto", "memfd"
+    for good, spec model ``evict_correct``) and the others go on. Remote readers (TCP) are
+    authenticated and encrypted with CurveZMQ, keys in the handle; ``remote_insecure=True`` turns
+    encryption off (cleartext, authenticated by the handle's secret only, logged as a warning;
+    docs/reliability.md). ``segment_kind`` ("auto", "memfd"
     or "posix") picks the shared-memory segment: "auto" is an anonymous memfd segment on Linux
     (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
     else a named POSIX one. ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in
@@ -100,7 +102,7 @@ class MessageQueue(QueueRole):
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float = DEFAULT_WARN,
-        remote_curve: bool = False,
+        remote_insecure: bool = False,
         evict_dead_readers: bool = False,
         segment_kind: str = "auto",
         tensor_arena_bytes: int = 0,
@@ -108,8 +110,8 @@ class MessageQueue(QueueRole):
     ) -> None:
         local_reader_ranks = check_reader_counts(n_reader, n_local_reader, local_reader_ranks)
         channel.check_fd_headroom()
-        if remote_curve and not zmq.has("curve"):
-            raise RuntimeError("remote_curve=True needs libzmq built with CURVE support (zmq.has('curve') is False)")
+        if n_reader > n_local_reader:
+            channel.check_remote_security(remote_insecure)
         self._init_common(wait_policy(spin, recheck_interval, warn_interval, n_local_reader))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
@@ -139,9 +141,7 @@ class MessageQueue(QueueRole):
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
                 ipv6 = ":" in ip
-                secret = None
-                if remote_curve:
-                    self._auth, secret, curve_keys = channel.start_curve(self._ctx)
+                self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
                 self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=ipv6, curve_secret=secret)
                 endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
                 remote_addr = channel.tcp_endpoint(ip, endpoint.rsplit(":", 1)[1])

@@ -136,6 +136,11 @@ class ShmRingBuffer:
         Layout.write_process(self.buf, WRITER_PID, os.getpid(), process_start_time())
 
     def register_reader(self, r: int) -> None:
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.n_reader:
+            raise HandleError(
+                f"reader index {r!r} is out of range for this ring of {self.n_reader} readers (segment {self.name}): "
+                "the handle was altered or belongs to another queue; use export_handle()'s handle unchanged"
+            )
         Layout.write_process(self.buf, Layout.reader_entry(r), os.getpid(), process_start_time())
 
     def writer_process(self) -> tuple[int, int]:
@@ -148,14 +153,22 @@ class ShmRingBuffer:
         off = Layout.reader_state_offset(r)
         return int.from_bytes(self.buf[off : off + 4], "little") == READER_EVICTED
 
-    def dead_readers(self, readers) -> list[tuple[int, int]]:
-        """``[(reader, pid)]`` among ``readers`` that registered and are no longer alive."""
-        out = []
+    def reader_liveness(self, readers) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``(dead, unknown)``: the ``[(reader, pid)]`` among ``readers`` that registered and are
+        no longer alive, and those whose liveness could not be checked (/proc unreadable, e.g. the
+        process is out of descriptors: never to be treated as dead, see :mod:`ringcast.identity`)."""
+        dead, unknown = [], []
         for r in readers:
             pid, start = self.reader_process(r)
-            if pid and not process_alive(pid, start):
-                out.append((r, pid))
-        return out
+            if pid:
+                alive = process_alive(pid, start)
+                if alive is not True:
+                    (dead if alive is False else unknown).append((r, pid))
+        return dead, unknown
+
+    def dead_readers(self, readers) -> list[tuple[int, int]]:
+        """``[(reader, pid)]`` among ``readers`` that registered and are certainly dead."""
+        return self.reader_liveness(readers)[0]
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError, RoleError
-from .shm import process_alive
+from .identity import UNKNOWN_WHY, process_alive
 from .waiting import WaitPolicy
 
 __all__ = ["Role", "QueueRole", "QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
@@ -162,7 +162,7 @@ class WriterSide(_Side):
 
     def idle(self, waited: float) -> None:
         ep = self._ep
-        dead = self.buffer.dead_readers(ep.unread_readers())
+        dead, unknown = self.buffer.reader_liveness(ep.unread_readers())
         if dead:
             names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
             if not self.evict:
@@ -175,7 +175,10 @@ class WriterSide(_Side):
                 ep.evict(r)
                 self.evictions += 1
             logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, ep.index)
-        self.log_long_wait(waited, self.slot_detail())
+        detail = self.slot_detail()
+        if unknown:  # never judged dead: retried at every timed wake
+            detail += f"; cannot tell whether local readers {[r for r, _ in unknown]} (pids {[p for _, p in unknown]}) are alive: {UNKNOWN_WHY}"
+        self.log_long_wait(waited, detail)
 
 
 class ReaderSide(_Side):
@@ -204,7 +207,7 @@ class ReaderSide(_Side):
 
     def check_writer_alive(self, what: str) -> None:
         pid, start = self.buffer.writer_process()
-        if pid and not process_alive(pid, start):
+        if pid and process_alive(pid, start) is False:  # None (unknown) is not dead
             raise DeadWriterError(
                 f"{self.role} (pid {os.getpid()}) {what}, but the writer (pid {pid}) is dead; "
                 "no more messages can arrive: recreate the queue"

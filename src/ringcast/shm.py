@@ -59,6 +59,7 @@ SHM_DIR = "/dev/shm"
 NAME_PREFIX = "ringcast_"
 KINDS = ("auto", "memfd", "posix")
 MEMFD_NAME = "ringcast"  # what /proc/PID/fd/FD links to: "/memfd:ringcast (deleted)"
+NAME_MAX = 255  # bytes in a file name (a posix segment is a file in SHM_DIR)
 TOKEN_BYTES = 16  # 128 random bits at file offset `size`, past the mapped bytes
 _MFD_NOEXEC_SEAL = getattr(os, "MFD_NOEXEC_SEAL", 0x0008)  # Linux 6.3+: never executable
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
@@ -133,8 +134,12 @@ class Locator:
     def checked(self) -> "Locator":
         """Self, or HandleError naming the field that no segment could have."""
         if self.kind == "posix":
-            if not isinstance(self.name, str) or not self.name or "/" in self.name or "\0" in self.name:
-                raise HandleError(f"shared-memory name must be a non-empty str without '/', got {self.name!r}")
+            if (not isinstance(self.name, str) or self.name in ("", ".", "..") or "/" in self.name or "\0" in self.name
+                    or len(os.fsencode(self.name)) > NAME_MAX):
+                raise HandleError(
+                    f"shared-memory name must be a str of 1 to {NAME_MAX} bytes without '/' or NUL, and not '.' or "
+                    f"'..', got {self.name!r}: pass the writer's handle unchanged"
+                )
             bad = None if _is_int(self.size, 0) else "size"
         elif self.kind == "memfd":
             bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not _is_int(getattr(self, f), low)), None)
@@ -286,10 +291,10 @@ class Segment:
         else:  # pragma: no cover
             raise FileExistsError(errno.EEXIST, "8 random shared-memory names in a row already existed")
         self.name, self.size, self.created, self._unlinked = name, size, True, False
-        if register:  # before the (possibly long) fallocate: a SIGKILL from now on leaves no name
-            resource_tracker.register("/" + name, "shared_memory")
-            self._registered = True
         try:
+            if register:  # before the (possibly long) fallocate: a SIGKILL from now on leaves no name
+                resource_tracker.register("/" + name, "shared_memory")
+                self._registered = True
             try:
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
@@ -391,7 +396,17 @@ def _open_checked(loc: Locator) -> int:
                 "already unlinked the segment after every reader attached; attach before the writer's "
                 "wait_until_ready() returns, with a handle from a live writer"
             ) from None
-        size = os.fstat(fd).st_size
+        except OSError as e:  # EINVAL, ENAMETOOLONG, ...: not a name this system can open
+            raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            os.close(fd)
+            raise HandleError(
+                f"shared-memory segment {loc.name!r} is not the writer's: it belongs to uid {st.st_uid} (we are "
+                f"{os.geteuid()}) with mode {stat.filemode(st.st_mode)}; another user may have created a file under "
+                "this name after the writer removed it. Refusing to map it; use a handle from a live writer"
+            )
+        size = st.st_size
         if size == 0 or (loc.size and size != loc.size):
             os.close(fd)
             what = "empty" if size == 0 else f"{size} bytes, the handle says {loc.size}"

@@ -1,0 +1,53 @@
+"""Clients of a writer's sockets that are not its readers: strays, strangers and misbehaving
+holders of the handle, for the channel security tests."""
+
+from __future__ import annotations
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from ringcast import channel
+
+
+class Client:
+    """A client of a writer's socket that is not one of its readers: an XSUB (or a SUB subscribed
+    to ``subscribe``), over TCP with or without the handle's credentials. Its ZMTP events are
+    monitored for its whole life (one monitor per socket)."""
+
+    def __init__(self, addr: str, handle=None, kind=zmq.XSUB, subscribe: bytes | None = None) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(kind)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if subscribe is not None:
+            self.sock.setsockopt(zmq.SUBSCRIBE, subscribe)
+        if handle is not None and addr.startswith("tcp://"):
+            channel.credentials(self.sock, handle.topic, handle.remote_curve_keys)
+        self.addr = addr
+        self.mon = self.sock.get_monitor_socket()  # for the socket's lifetime (one monitor per socket)
+
+    def event(self, wanted: int) -> int:
+        """The first monitor event in ``wanted`` (10 s at most, else an assertion)."""
+        while self.mon.poll(10_000):
+            e = recv_monitor_message(self.mon)["event"]
+            if e & wanted:
+                return e
+        raise AssertionError(f"no monitor event in {wanted!r} within 10 s ({self.addr})")
+
+    def connect(self) -> bool:
+        """Connect; True if the writer authenticated us (ZMTP handshake succeeded)."""
+        self.sock.connect(self.addr)
+        end = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        return self.event(end) == zmq.EVENT_HANDSHAKE_SUCCEEDED
+
+    def received(self, wait_ms: int) -> int:
+        n = 0
+        while self.sock.poll(wait_ms if n == 0 else 0):
+            self.sock.recv_multipart()
+            n += 1
+        return n
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.mon.close(0)
+        self.sock.close(0)
+        self.ctx.term()
