@@ -652,6 +652,8 @@ describe_code(const void *fn, char *out, size_t cap)
 #else
     ADD("(not decoded on this architecture)");
 #endif
+    if (len == 0)
+        ADD("no fence or locked instruction");
 #undef ADD
 }
 
