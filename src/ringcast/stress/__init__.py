@@ -3,6 +3,8 @@
 * :mod:`.scenario` - scenario files (top-level ``stress/``) and their loader;
 * :mod:`.checker` - message framing (sequence number, timestamp, CRC-32) and the per-reader
   integrity checker (loss, duplicate, reorder, corruption);
+* :mod:`.fences` - the ``fences`` scenario (runs first): C litmus tests of every fence point on
+  this CPU (``ringcast._litmus``), run by :mod:`.litmus_child` in a child process;
 * :mod:`.runner` - runs a scenario: writer here, readers in 'spawn' children, deadlines;
 * :mod:`.reader` - a reader child: checks, latencies and CPU time, one result dict back;
 * :mod:`.report` - summary table, JSON, markdown and plots;
