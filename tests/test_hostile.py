@@ -53,23 +53,39 @@ def _serve(w, reader, msgs) -> list:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("insecure", MODES)
 def test_a_stranger_cannot_take_a_remote_readers_place(insecure):
-    """Attack 1: an XSUB without the handle sends upstream data frames and a catch-all
-    subscription before the real reader joins. It is not even authenticated, so it cannot
-    desynchronise the writer's subscriptions: the reader gets READY and all 20 messages, the
-    stranger none (before: the stranger got all 20 and the reader timed out)."""
+    """Attack 1: an XSUB without the handle keeps sending upstream data frames and catch-all
+    subscriptions while the real reader joins (libzmq's XPUB_MANUAL queues a data frame without
+    the connection it pairs subscriptions with, so before, the writer's admit() subscribed the
+    stranger's connection in the reader's place: the stranger got all 20 messages and the reader
+    timed out). It is not even authenticated now: the reader gets READY and all 20, the
+    stranger none."""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
     h = w.export_handle()
     att, r = Client(h.remote_subscribe_addr), None
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            for frame in (b"junk", b"\x01"):  # a data frame, a subscription to everything
+                try:
+                    att.sock.send(frame, zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+            stop.wait(0.001)
+
+    t = threading.Thread(target=flood, daemon=True)
     try:
         assert not att.connect()
-        for _ in range(5):
-            att.sock.send(b"junk")
-        att.sock.send(b"\x01")  # subscribe to everything
+        t.start()
         r = MessageQueue.create_from_handle(h, 0)
         msgs = list(range(N_MSG))
         assert _serve(w, r, msgs) == msgs
+        stop.set()
+        t.join(10)
         assert att.received(200) == 0
     finally:
+        stop.set()
+        t.join(10)
         att.close()
         for q in (w, r):
             if q is not None:
