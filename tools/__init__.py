@@ -1,2 +1,3 @@
-"""Shipped inside the ringcast package as ringcast._bundled.tools (see setup.py); ``ringcast spec``
-and the trace checker import its TLC driver, ``tlc.py``."""
+"""Shipped inside the ringcast package as ringcast._bundled.tools (see setup.py). The TLC driver
+itself is the package's library, :mod:`ringcast.tlc`; ``tlc.py`` here is its command line over
+the checkout's spec/."""

@@ -3,8 +3,8 @@
 ``ringcast stress`` runs the built-in scenarios (the repository's ``stress/`` folder, shipped in
 the package; docs/stress.md) and exits non-zero on any violation; ``ringcast bench`` compares
 ringcast with other transports (docs/performance.md). Both write JSON, a markdown report and PNG
-plots into ``--out``. ``ringcast spec`` runs the shipped TLC driver (``tools/tlc.py``) on the
-shipped spec, so all three work from a wheel in any directory.
+plots into ``--out``. ``ringcast spec`` runs the TLC driver (:mod:`ringcast.tlc`) on the spec
+shipped in the package, so all three work from a wheel in any directory.
 """
 
 from __future__ import annotations
@@ -97,14 +97,14 @@ def _add_spec(sub) -> None:
     # Only for `ringcast --help`: main() hands everything after `spec` to the TLC driver.
     sub.add_parser(
         "spec",
-        help="check every TLA+ model of the manifest with TLC (the shipped tools/tlc.py; "
+        help="check every TLA+ model of the manifest with TLC (ringcast.tlc, as tools/tlc.py; "
         "`ringcast spec --help` for its options)",
     )
 
 
 def _cmd_spec(tlc_args: list[str]) -> int:
-    """The shipped TLC driver (tools/tlc.py as ``ringcast._bundled.tools.tlc``), in this process."""
-    from ._bundled.tools import tlc
+    """The TLC driver (:mod:`ringcast.tlc.cli`) on the spec shipped in the package, in this process."""
+    from .tlc import cli as tlc
 
     parser = tlc.build_parser()
     parser.prog = "ringcast spec"
@@ -288,7 +288,7 @@ def _cmd_bench(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["spec"]:  # everything after `spec` belongs to tools/tlc.py, --help included
+    if argv[:1] == ["spec"]:  # everything after `spec` belongs to the TLC driver, --help included
         return _cmd_spec(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ringcast._bundled.tools import tlc as driver
+from ringcast.tlc import run as driver
 from ringcast.atomics import HAVE_FUTEX
 
 from .pool import QueueRun
