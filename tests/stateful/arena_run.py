@@ -1,4 +1,4 @@
-"""The tensor arena in the stateful harness: :class:`ArenaRun` is a :class:`pool.QueueRun` whose
+"""The tensor arena in the stateful harness: :class:`ArenaRun` is a :class:`queue_run.QueueRun` whose
 MessageQueue has a tensor arena (``tensor_arena_bytes``), checked after every step against
 :class:`ArenaModel`, a port of spec/Arena.tla (MM = "SC") at the code's granularity.
 
@@ -29,7 +29,7 @@ After every step:
   look at the slot, when it made none).
 
 At the end (:meth:`ArenaRun.check_complete`) every live reader has delivered every message
-(each checked in order and content as it arrived, pool.QueueRun), then drops what it keeps; every slot must then be released by
+(each checked in order and content as it arrived, queue_run.QueueRun), then drops what it keeps; every slot must then be released by
 every live reader, and the writer's ``statistics()`` must count exactly the model's fallbacks,
 placements (``arena_hits``) and reclaimed dead readers.
 """
@@ -43,7 +43,8 @@ from hypothesis import strategies as st
 from ringcast.arena import TensorArena
 
 from .model import Conformance
-from .pool import Proc, QueueRun
+from .queue_run import QueueRun
+from .ring_run import Proc
 
 #: the arena's step hook actions (spec/Arena.tla); all the writer's but ArenaRelease
 ARENA_ACTIONS = frozenset({"ArenaClaim", "ArenaReclaimDead", "ArenaFallback", "ArenaClearWritten", "ArenaWrite",

@@ -1,11 +1,11 @@
 """The Hypothesis state machines: the rule "let process k take its next step".
 
-:func:`ring_machine` builds a RuleBasedStateMachine over :class:`pool.RingRun` (ring-level
-protocol, exact model, data checked); :func:`queue_machine` one over :class:`pool.QueueRun`
+:func:`ring_machine` builds a RuleBasedStateMachine over :class:`ring_run.RingRun` (ring-level
+protocol, exact model, data checked); :func:`queue_machine` one over :class:`queue_run.QueueRun`
 (a real MessageQueue: overflow payloads, remote readers, timeouts, shutdown).  Every step is
 checked (pool.py); ``teardown`` drains the run fairly and checks that every message was
 delivered (bounded liveness), then resets the workers.  A failure raises
-:class:`pool.ScheduleFailure`, whose message is the schedule as a list of action names.
+:class:`ring_run.ScheduleFailure`, whose message is the schedule as a list of action names.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from .pool import Pool, RingRun, trace_of
+from .pool import Pool
+from .ring_run import RingRun, trace_of
 
 
 STRESS = os.environ.get("HYPOTHESIS_PROFILE") == "stress"
@@ -181,7 +182,7 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
                   mcb: int = 64, timeouts: bool = True, shutdown: bool = True, waiting: dict | None = None):
     """A MessageQueue scenario: overflow boundary, mixed local and remote readers, timeouts
     while blocked (virtual time), shutdown while waiting."""
-    from .pool import QueueRun
+    from .queue_run import QueueRun
 
     timeout = st.one_of(st.none(), st.integers(2, 8).map(lambda k: k * 1e-3)) if timeouts else st.none()
 

@@ -20,7 +20,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from .arena_run import ArenaRun, arena_array
 from .machine import STRESS, arena_machine, budget
-from .pool import ScheduleFailure
+from .ring_run import ScheduleFailure
 
 pytest.importorskip("numpy")
 pytestmark = pytest.mark.timeout(240)

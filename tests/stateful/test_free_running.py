@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .machine import STRESS, boundary_bytes
-from .pool import _same, free_run
+from .queue_run import _same, free_run
 
 pytestmark = pytest.mark.timeout(240)
 

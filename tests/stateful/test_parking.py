@@ -5,7 +5,7 @@ Each side waits with ``spin=0`` (it parks after two looks) and ``recheck=3600`` 
 notification or shutdown() can end a sleep: no real-time cap takes part).  ParkSleep really
 blocks in futex_wait; the model says when it blocks and the harness then expects no report until
 something moves the futex word.  After every step the segment's waiter counts and futex words are
-checked against the model (pool.QueueRun._check_park_words)."""
+checked against the model (queue_run.QueueRun._check_park_words)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from ringcast.atomics import HAVE_FUTEX
 
 from .machine import budget, queue_machine
-from .pool import QueueRun
+from .queue_run import QueueRun
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
 

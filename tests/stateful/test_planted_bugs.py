@@ -5,7 +5,7 @@ invariant that catches each, and shrink each counterexample.  The shrunk schedul
 Two kinds of test, so that no verdict depends on which counterexample a search happens to meet:
 
 * ``test_planted_bug_is_caught*``: Hypothesis searches for a counterexample (with a fixed seed:
-  ``derandomize``, outside the ``stress`` profile), the harness's minimizer (pool.minimize:
+  ``derandomize``, outside the ``stress`` profile), the harness's minimizer (shrink.minimize:
   smaller parameters, then delta debugging on the steps, replayed on the real processes) shrinks
   it, and the test asserts the kind of failure and that the invariant that caught it is one that
   can catch that bug (for two bugs at once, either may strike first).  The shrunk
@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from .machine import ring_machine
-from .pool import ScheduleFailure, minimize, replay
+from .ring_run import ScheduleFailure
+from .shrink import minimize, replay
 
 RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or os.environ.get("HYPOTHESIS_PROFILE") == "stress"
 

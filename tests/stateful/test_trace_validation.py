@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from .machine import budget, ring_machine
-from .pool import RingRun, ScheduleFailure, random_ring_runs, trace_of
+from ringcast.trace.serial import record_runs
+
+from .ring_run import RingRun, ScheduleFailure, trace_of
 from .tracecheck import validate
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1
@@ -16,11 +18,12 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip 
 
 def test_explored_schedules_are_spec_behaviours(pool):
     """Every schedule the Hypothesis state machine explores (N=2, NR=2, 4 messages), plus
-    random schedules, is checked by TLC in one run to be a behaviour of the spec."""
+    lock-serialised runs of the real endpoints (ringcast.trace.serial, replayed through the same
+    check_step), is checked by TLC in one run to be a behaviour of the spec."""
     traces: list = []
     m = ring_machine(pool, N=st.just(2), NR=st.just(2), sizes=st.lists(st.integers(0, 8), min_size=4, max_size=4), record=traces)
     run_state_machine_as_test(m, settings=budget(20, 40))
-    traces += random_ring_runs(pool, 10, seed=7, N=2, NR=2, M=4)
+    traces += record_runs(4, seed=7, N=2, NR=2, M=4)  # lock-serialised runs, replayed through check_step
     assert len(traces) >= 20
     results = validate(traces)
     assert len(results) == 1  # one TLC run

@@ -161,9 +161,15 @@ def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OB
             from ringcast.channel import remove_local
 
             remove_local(addr[len("ipc://"):])
-    steps = [(a, p) for (_seq, a, p, _index) in records]
-    return {"N": N, "NR": NR, "M": len(objs), "Big": big_of(steps), "steps": steps, "label": label,
-            "schedule": [f"{'W' if p == NR else f'R{p}'}:{a}@{i}" for (_seq, a, p, i) in records]}
+    tr = queue_trace(N, NR, len(objs), [(a, p) for (_seq, a, p, _index) in records], label)
+    tr["schedule"] = [f"{'W' if p == NR else f'R{p}'}:{a}@{i}" for (_seq, a, p, i) in records]
+    return tr
+
+
+def queue_trace(N: int, NR: int, M: int, steps: list, label: str) -> dict:
+    """A MessageQueue-level trace as :func:`ringcast.trace.tracecheck.validate_queue` takes it
+    (also what tests/stateful's QueueRun records)."""
+    return {"N": N, "NR": NR, "M": M, "Big": big_of(steps), "steps": list(steps), "label": label}
 
 
 def record_queue_runs(n_runs: int, *, seed: int = 0, timeout: float = 60.0) -> list[dict]:

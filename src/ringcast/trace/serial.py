@@ -17,10 +17,10 @@ eventcount at this level (Parking = FALSE), so the endpoint's NotifyLoadWaiters 
 word nobody writes here) runs inside the step before it.
 
 The parent replays the records, in counter order, through :class:`ringcast.trace.model.RingModel`
-(as tests/stateful's harness does after every step): every action must be the one the spec's
-``pc`` allows on the chunk its cursor names, the segment's flags and payloads must equal the
-spec's, copies must return the spec's data, and NoDataRace, NoOverwrite, InOrder and Cursors must
-hold; every reader must deliver 1..M. The result is a trace in the form
+with :func:`ringcast.trace.check.check_step`, the check tests/stateful's harness runs after every
+step: every action must be the one the spec's ``pc`` allows on the chunk its cursor names, the
+segment's flags and payloads must equal the spec's, copies must return the spec's data, and
+NoDataRace, NoOverwrite, InOrder and Cursors must hold; every reader must deliver 1..M. The result is a trace in the form
 :func:`ringcast.trace.tracecheck.validate` takes.
 
 The process plumbing (:func:`spawn`, :func:`expect`, :func:`collect`, :func:`stop`,
@@ -37,6 +37,7 @@ import time
 import traceback
 from multiprocessing.connection import wait as _wait
 
+from .check import StepRecord, check_step, observe
 from .model import Conformance, RingModel, Violation
 from .payload import PAYLOAD_OVERHEAD, decode, encode
 
@@ -82,12 +83,7 @@ class _Stepper:
         if self.held is None:
             return
         action, index, extra = self.held
-        ring = self.ring
-        flags = [bytes(ring.flags(c)) for c in range(ring.max_chunks)]
-        data = []
-        for c in range(ring.max_chunks):
-            with ring.get_data(c) as view:
-                data.append(decode(view))
+        flags, data = observe(self.ring, decode)
         seq = self.counter.value
         self.counter.value = seq + 1
         self.last = seq
@@ -154,33 +150,16 @@ def report_failure(stepper, lock, conn) -> None:
 
 
 def _replay(records: list, N: int, NR: int, M: int, label: str) -> dict:
+    """Replay the records in counter order through the model with the harness's own check
+    (:func:`ringcast.trace.check.check_step`); the trace for tracecheck.validate."""
     model = RingModel(N, NR, M, payload_parts=2)
-    steps = []
-    names = {NR: "W", **{r: f"R{r}" for r in range(NR)}}
-    schedule: list[str] = []
+    steps, schedule = [], []
     for (_seq, p, action, index, extra, flags, data, copied) in records:
-        schedule.append(f"{names[p]}:{action}@{index}")
+        schedule.append(f"{'W' if p == NR else f'R{p}'}:{action}@{index}")
         try:
-            want = model.expected(p)
-            if action not in want and not (action == "ReaderLoadWritten" and model.pc[p] == "load_r"):
-                raise Conformance(f"{names[p]} executed {action}, the spec allows {' or '.join(want)}")
-            if index != model.cursor(p):
-                raise Conformance(f"{names[p]} executed {action} at chunk {index}, the spec's cursor is {model.cursor(p)}")
-            expect_copy = model.data[model.i[p]] if action == "ReaderCopy" else None
-            taken = model.step(p, action, index, extra)
-            if action == "ReaderCopy" and copied != expect_copy:
-                raise Conformance(f"{names[p]} copied payload value {copied}, the spec's chunk holds {expect_copy}")
-            for c in range(N):
-                if flags[c] != model.flags(c):
-                    raise Conformance(f"chunk {c} flags are {flags[c].hex()}, the spec's are {model.flags(c).hex()}")
-            if data != model.data:
-                raise Conformance(f"payloads read as {data}, the spec's data is {model.data}")
-            bad = model.violations(True)
-            if bad:
-                raise Violation("; ".join(bad))
+            check_step(model, StepRecord(p, action, index, extra, flags, data, copied), trace=steps)
         except (Conformance, Violation) as e:
             raise RecordError(f"{label}: {type(e).__name__}: {e}\nschedule: {', '.join(schedule[-30:])}") from None
-        steps.extend(taken)
     for r in range(NR):
         if model.recv[r] != list(range(1, M + 1)):
             raise RecordError(f"{label}: reader {r} delivered {model.recv[r]}, expected 1..{M}")

@@ -1,0 +1,355 @@
+"""One schedule-controlled run through a real MessageQueue (:class:`QueueRun`), and free runs
+(:func:`free_run`).  Both set their processes up with :func:`setup_queue` (the writer's handle,
+every reader attached, then go)."""
+
+from __future__ import annotations
+
+from ringcast.ring import ShmRingBuffer
+
+from .model import Conformance, RingModel
+from .pool import Pool, WorkerError
+from .ring_run import Proc, RunBase
+
+
+class QueueRun(RunBase):
+    """One controlled run through a real MessageQueue: writer and ``n_local`` local readers are
+    stepped (the hooks of ring.py, queue.py and waiting.py), ``n_remote`` remote readers (TCP, no
+    ring) run free.  Waiting runs in virtual time: every hook call advances the process's clock by
+    ``quantum`` seconds, so ``timeout`` expires after ``timeout / quantum`` of the process's own
+    steps (deterministic).  By default a waiting side spins (``spin`` huge) and never parks; with
+    ``spin=0`` it parks on the eventcount after two looks (``tight_looks=0``), and ParkSleep
+    really blocks in futex_wait whenever the model says its futex word has not moved: the harness
+    then expects no report from it until a NotifyWake or a shutdown() moves the word (use a huge
+    ``recheck`` so that the sleep's own cap never ends it, and no timeouts: the cap of a timed
+    sleep is real time).  The model checks the ring steps (flags, order, cursors, the spec
+    invariants; ``Order`` is ORDER_QUEUE and payloads take any number of WriterWritePayload steps)
+    and the eventcount (the waiter counts and, for a parked side, whether its futex word moved,
+    against the segment's words); every delivered object is checked against the writer's sequence
+    as it arrives; ``shutdown`` (a step option) calls MessageQueue.shutdown() in the process right
+    before its next step, :meth:`shutdown_from_thread` on the process's control thread.
+    """
+
+    #: extra setup options for the writer's / the hooked readers' programs (worker.py; arena_run.py)
+    writer_opts: dict = {}
+    reader_opts: dict = {}
+
+    def __init__(self, pool: Pool, *, n_local: int, n_remote: int, objs: list, max_chunk_bytes: int, max_chunks: int,
+                 writer_timeout: float | None = None, reader_timeout: float | None = None, quantum: float = 1e-3,
+                 cursors: bool = True, spin: float = 1e9, recheck: float = 0.05, tight_looks: int | None = None) -> None:
+        from .model import ORDER_QUEUE
+
+        self.objs = list(objs)
+        self.M = len(objs)
+        self.n_local, self.n_remote = n_local, n_remote
+        self.mcb, self.mc = max_chunk_bytes, max_chunks
+        self.cursors = cursors
+        self.schedule: list[str] = []
+        self.got: dict[int, list] = {}
+        self.timeouts = 0
+        self.cancelled: set[int] = set()
+        self.snap: dict[int, int] = {}  # the seq value each parked process snapshotted
+        #: the trace: ``(action, process)`` of every step, appended when the model takes it (a
+        #: blocking ParkSleep when its sleeper wakes up), as ringcast.trace.tracecheck takes it
+        self.records: list[tuple[str, int]] = []
+        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=None, parking=True)
+        self.model.NR = n_local  # no local readers: the model has nothing to check on the ring
+        self.pool = pool
+        n_reader = n_local + n_remote
+        workers = pool.ensure(n_reader + 1)
+        self.procs = [Proc(r, workers[r], f"R{r}" if r < n_local else f"remote{r}", hooked=r < n_local) for r in range(n_reader)]
+        self.writer = Proc(n_local, workers[n_reader], "W")
+        self.model.Wr = n_local
+        if n_local == 0:
+            self.model.pc = ["claim"]
+        self.procs.append(self.writer)
+        waiting = {"spin": spin, "recheck": recheck}
+        if tight_looks is not None:
+            waiting["tight_looks"] = tight_looks
+        try:
+            try:
+                handle = setup_queue(self.writer.worker, [pr.worker for pr in self.procs[:-1]], {
+                    "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes, "max_chunks": max_chunks,
+                    "objs": self.objs, "timeout": writer_timeout, "quantum": quantum, "hooked": n_local > 0,
+                    **waiting, **self.writer_opts,
+                }, lambda r: {"M": self.M, "timeout": reader_timeout if self.procs[r].hooked else None, "quantum": quantum,
+                              "hooked": self.procs[r].hooked,
+                              **({**waiting, **self.reader_opts} if self.procs[r].hooked else {})},
+                    on_handle=self._attach)
+            except WorkerError as e:
+                self._fail("worker error", str(e))
+            for pr in self.procs:
+                if pr is self.writer and n_local == 0:
+                    pr.hooked = False
+                    continue
+                if pr.hooked:
+                    self._absorb(pr, pr.worker.recv())
+                    self._events(pr)
+        except BaseException:
+            self.close()
+            raise
+        for pr in self.runnable():
+            self._check_pending(pr)
+        if self.ring is not None:
+            self._check_real_state()
+            self._check_park_words()
+
+    def _attach(self, handle) -> None:
+        """The harness maps the queue's segments (before the readers attach: then they are unlinked)."""
+        if self.n_local:
+            self.ring = ShmRingBuffer(*handle.buffer_handle)
+
+    def describe(self) -> str:
+        return (f"queue local={self.n_local} remote={self.n_remote} M={self.M} max_chunk_bytes={self.mcb} "
+                f"max_chunks={self.mc}")
+
+    def _events(self, pr: Proc) -> None:
+        for ev in pr.events:
+            if ev[0] == "delivered":
+                got = self.got.setdefault(pr.p, [])
+                k = len(got)
+                if k >= self.M or not _same(ev[1], self.objs[k]):
+                    want = "nothing" if k >= self.M else f"message {k + 1} {_short(self.objs[k])}"
+                    self._fail("Violation", f"InOrder: {pr.name} delivered {_short(ev[1])} where it should get {want}")
+                got.append(ev[1])
+            elif ev[0] == "timeout":
+                self.timeouts += 1
+            elif ev[0] == "cancelled":
+                self.cancelled.add(pr.p)
+                if pr.hooked and pr.p != self.writer.p:
+                    self.model.cancelled.add(pr.p)
+                elif pr.p == self.writer.p:
+                    self.model.cancelled.add(pr.p)
+
+    # -- the eventcount words ------------------------------------------------------------------
+    def _u32(self, off: int) -> int:
+        return int.from_bytes(self.ring.buf[off : off + 4], "little")
+
+    def _seq(self, word: str) -> int:
+        from ringcast.layout import READ_SEQ, WRITE_SEQ
+
+        return self._u32(WRITE_SEQ if word == "R" else READ_SEQ)
+
+    def _check_park_words(self) -> None:
+        """The segment's waiter counts equal the model's; a parked process's futex word has moved
+        since its snapshot exactly when the model says so."""
+        from ringcast.layout import READER_WAITERS, WRITER_WAITERS
+
+        if self.ring is None:
+            return
+        m = self.model
+        for word, off, who in (("R", READER_WAITERS, "readers'"), ("W", WRITER_WAITERS, "writer's")):
+            real = self._u32(off)
+            if real != m.waiters[word]:
+                self._fail("Conformance", f"the {who} eventcount has {real} waiters in the segment, the spec's waiters is {m.waiters[word]}")
+        for q, word in enumerate(m.word):
+            if word is not None and q in self.snap:
+                moved = self._seq(word) != self.snap[q]
+                if moved != m.moved[q]:
+                    self._fail("Conformance", f"{m._name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
+                               f"ParkSnapshot, the spec's moved is {m.moved[q]}")
+
+    def _wake_sleepers(self) -> None:
+        """Collect the report of every sleeper whose futex word the last step moved (it was woken,
+        or futex_wait returned at once): its ParkSleep has completed."""
+        m = self.model
+        for q in self.procs:
+            if q.sleeping and not m.sleep_blocks(q.p):
+                q.sleeping = False
+                idx = q.pending[1]
+                self._absorb(q, q.worker.recv())
+                self.schedule.append(f"{q.name}:ParkSleep@{idx} (woken)")
+                self._take(q, "ParkSleep", idx)
+                self._events(q)
+                self._check_pending(q)
+
+    def _after_step(self) -> None:
+        self._wake_sleepers()
+        if self.ring is not None:
+            self._check_real_state()
+            self._check_park_words()
+        bad = self.model.violations(self.cursors)
+        if bad:
+            self._fail("Violation", "; ".join(bad))
+
+    def sleeping(self) -> list[Proc]:
+        return [pr for pr in self.procs if pr.sleeping]
+
+    def step(self, pr: Proc, shutdown: bool = False) -> None:
+        action, index, extra = pr.pending
+        m = self.model
+        if shutdown:
+            m.shutdown(pr.p)  # the worker calls shutdown() in its hook, before the access
+        blocks = action == "ParkSleep" and m.sleep_blocks(pr.p)
+        self.schedule.append(f"{pr.name}:{action}@{index}" + (" +shutdown" if shutdown else "") + (" (blocks)" if blocks else ""))
+        pr.worker.send(("step", {"shutdown": shutdown}))
+        if blocks:
+            # futex_wait really blocks: no report until a NotifyWake or a shutdown moves the word
+            pr.sleeping = True
+            self._after_step()
+            return
+        self._absorb(pr, pr.worker.recv())
+        if action == "ReaderRecvOverflow":
+            extra = any(ev[0] == "delivered" for ev in pr.events)
+        self._take(pr, action, index, extra)
+        if action == "ParkSnapshot" and self.ring is not None:
+            self.snap[pr.p] = self._seq(m.word[pr.p])  # what it loaded: nobody bumps the word in between
+        self._events(pr)
+        self._check_pending(pr)
+        self._after_step()
+
+    def _take(self, pr: Proc, action: str, index: int, extra=None) -> None:
+        """The model takes the step ``pr`` has executed; it goes into the trace."""
+        try:
+            self.model.step(pr.p, action, index, extra)
+        except Conformance as e:
+            self._fail("Conformance", str(e))
+        self.records.append((action, pr.p))
+
+    def trace(self) -> dict:
+        """The run's trace in the form ringcast.trace.tracecheck.check_queue_trace takes."""
+        from ringcast.trace.queue_serial import queue_trace
+
+        return queue_trace(self.model.N, self.n_local, self.M, self.records, self.describe())
+
+    def shutdown_from_thread(self, pr: Proc) -> None:
+        """MessageQueue.shutdown() in ``pr``'s process, on its control thread (the main thread may
+        be asleep in futex_wait): bumps both futex words and wakes every sleeper."""
+        self.schedule.append(f"{pr.name}:shutdown() on another thread")
+        pr.worker.shutdown_from_thread()
+        self.model.shutdown(pr.p)
+        self._after_step()
+
+    def drain(self, max_steps: int | None = None) -> None:
+        m = self.model
+        # A shutdown() that no process has seen yet (no Cancelled so far) still ends the run
+        # early: e.g. the writer shut down before its first claim raises Cancelled at its next
+        # enqueue, and a reader then waits forever for the message it will never send.
+        if not self.cancelled and not m.shutdown_req:
+            super().drain(max_steps)
+            for pr in self.sleeping():
+                self._fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
+                           "nobody is left to wake it")
+            return
+        # After a shutdown some processes can never finish (a writer waiting for a cancelled
+        # reader, readers waiting for a cancelled writer): run fairly for a bounded time, then
+        # require that whoever is left is waiting (spinning or asleep) on a chunk that is really
+        # not ready.
+        for _ in range(8 * (self.M + 2) * (len(self.procs) + 1)):
+            todo = self.runnable()
+            if not todo:
+                break
+            for pr in todo:
+                if pr.pending is not None and not pr.sleeping:
+                    self.step(pr)
+        for pr in [*self.runnable(), *self.sleeping()]:
+            action = pr.pending[0]
+            looks = ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
+            if pr.p == m.Wr:
+                ok = action in ("WriterClaim", "ParkSnapshot", "ParkSleep") and not m.claimable()
+            else:
+                c = m.i[pr.p]
+                ok = action in looks and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0)
+            if not ok:
+                state = "sleeps" if pr.sleeping else "still runs"
+                self._fail("Liveness", f"after shutdown {pr.name} {state} ({action}) although it is not blocked")
+
+    def check_complete(self) -> None:
+        # remote readers run free: collect what they delivered
+        for pr in self.procs:
+            if pr.hooked or pr is self.writer:
+                continue
+            if self.cancelled:
+                pr.events = pr.worker.stop()
+                self._events(pr)
+                continue
+            msg = pr.worker.recv()
+            if msg[0] == "error":
+                self._fail("worker error", f"{pr.name} raised:\n{msg[1]}")
+            pr.events = list(msg[-1])
+            self._events(pr)
+        if self.cancelled:
+            return
+        for r in range(self.n_local + self.n_remote):
+            got = self.got.get(r, [])
+            if len(got) != self.M:
+                self._fail("Liveness", f"reader {r} delivered {len(got)} of {self.M} messages")
+
+    def close(self) -> None:
+        for pr in self.procs:
+            if pr.sleeping:  # asleep in futex_wait, deaf to its command pipe: wake it first
+                pr.sleeping = False
+                try:
+                    pr.worker.shutdown_from_thread()
+                except (WorkerError, OSError):
+                    pass
+        try:
+            # readers first: a writer closing with messages queued for a live subscriber lingers
+            self.pool.stop_all([pr.worker for pr in self.procs if pr is not self.writer])
+            self.pool.stop_all([self.writer.worker])
+        finally:
+            if self.ring is not None:
+                self.ring.close()
+                self.ring = None
+
+
+def setup_queue(writer, readers: list, writer_params: dict, reader_params, on_handle=None):
+    """The handle -> attached -> go exchange of a MessageQueue run on pooled workers: the writer
+    makes the queue and sends its handle (``on_handle(handle)`` runs before any reader attaches),
+    reader ``r`` attaches with ``reader_params(r)``, then every process is told to go.  Returns
+    the handle; WorkerError names the side whose setup failed."""
+    writer.send(("mq_writer", {"role": "writer", **writer_params}))
+    msg = writer.recv()
+    if msg[0] != "handle":
+        raise WorkerError(f"writer setup failed: {msg[1] if len(msg) > 1 else msg}")
+    handle = msg[1]
+    if on_handle is not None:
+        on_handle(handle)
+    for r, w in enumerate(readers):
+        w.send(("mq_reader", {"role": "reader", "handle": handle, "rank": r, **reader_params(r)}))
+        msg = w.recv()
+        if msg[0] != "attached":
+            raise WorkerError(f"reader {r} setup failed: {msg[1] if len(msg) > 1 else msg}")
+    for w in [*readers, writer]:
+        w.send(("go",))
+    return handle
+
+
+def _same(a, b) -> bool:
+    import pickle
+
+    try:
+        return type(a) is type(b) and (a == b or pickle.dumps(a, 5) == pickle.dumps(b, 5))
+    except Exception:  # noqa: BLE001 - e.g. numpy arrays: compare their pickles
+        return pickle.dumps(a, 5) == pickle.dumps(b, 5)
+
+
+def _short(obj) -> str:
+    s = repr(obj)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def free_run(pool: Pool, objs: list, *, n_local: int, n_remote: int, max_chunk_bytes: int, max_chunks: int,
+             writer_delays=(), reader_delays=(), timeout: float = 60.0) -> dict[int, list]:
+    """Broadcast ``objs`` through a real MessageQueue between pooled processes running free
+    (no step control; default spin-then-park waiting; each side sleeps ``*_delays[k]`` seconds
+    before its k-th operation).  Returns what each reader rank delivered."""
+    n_reader = n_local + n_remote
+    workers = pool.ensure(n_reader + 1)
+    wk, rks = workers[n_reader], workers[:n_reader]
+    got: dict[int, list] = {}
+    try:
+        setup_queue(wk, rks, {"n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
+                              "max_chunks": max_chunks, "objs": list(objs), "hooked": False, "spin": 100e-6,
+                              "delays": list(writer_delays)},
+                    lambda r: {"M": len(objs), "hooked": False, "spin": 100e-6,
+                               "delays": list(reader_delays[r] if reader_delays else ())})
+        for r, w in enumerate([*rks, wk]):
+            msg = w.recv(timeout)
+            if msg[0] != "done":
+                raise WorkerError(f"{'writer' if w is wk else f'reader {r}'} failed: {msg[1] if len(msg) > 1 else msg}")
+            if w is not wk:
+                got[r] = [ev[1] for ev in msg[-1] if ev[0] == "delivered"]
+    finally:
+        pool.stop_all(rks)
+        pool.stop_all([wk])
+    return got

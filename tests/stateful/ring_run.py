@@ -1,0 +1,228 @@
+"""One schedule-controlled run of the ring-level protocol: :class:`RingRun` (1 writer + NR
+readers, each a real process of the pool on the real segment), checked after every step by
+:func:`ringcast.trace.check.check_step` (the same check the trace replay of
+:mod:`ringcast.trace.serial` runs).  :class:`RunBase` is what it shares with the MessageQueue runs
+(queue_run.py): the processes, the reports, the fair drain.  Plain classes: the Hypothesis state
+machines (machine.py) drive them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ringcast.ring import ShmRingBuffer
+from ringcast.trace.check import StepRecord, check_step, observe
+
+from . import worker as _worker
+from .model import Conformance, RingModel, Violation
+from .pool import Pool, PooledWorker
+from .variants import READER_MODEL, WRITER_MODEL
+
+
+@dataclass
+class Proc:
+    p: int  # spec process id (readers 0..NR-1, writer NR)
+    worker: PooledWorker
+    name: str
+    pending: tuple | None = None  # (action, index, extra) it is blocked before, None when done
+    hooked: bool = True
+    sleeping: bool = False  # stepped into ParkSleep and blocked in futex_wait: no report until woken
+    events: list = field(default_factory=list)
+
+
+class ScheduleFailure(AssertionError):
+    """A check failed; ``schedule`` is the list of steps up to and including the failing one."""
+
+    def __init__(self, kind: str, detail: str, schedule: list[str], run=None) -> None:
+        self.kind = kind
+        self.detail = detail
+        self.schedule = list(schedule)
+        #: what minimize() needs to replay the run: its parameters and the process of each step
+        self.params = getattr(run, "params", None)
+        self.pids = list(getattr(run, "pids", []))
+        self.drain_at = getattr(run, "drain_at", None)
+        params = "" if run is None else f" [{run.describe()}]"
+        steps = "\n".join(f"  {k + 1:3d}. {s}" for k, s in enumerate(self.schedule))
+        super().__init__(f"{kind}: {detail}{params}\nschedule ({len(self.schedule)} steps):\n{steps}")
+
+
+class RunBase:
+    model: RingModel
+    ring: ShmRingBuffer | None = None
+
+    def _fail(self, kind: str, detail: str):
+        raise ScheduleFailure(kind, detail, self.schedule, self)
+
+    def runnable(self) -> list[Proc]:
+        return [pr for pr in self.procs if pr.hooked and pr.pending is not None and not pr.sleeping]
+
+    def _absorb(self, pr: Proc, msg) -> None:
+        """Take a worker's report after a step."""
+        kind = msg[0]
+        if kind == "error":
+            pr.pending = None
+            self._fail("worker error", f"{pr.name} raised:\n{msg[1]}")
+        if kind == "at":
+            _, action, index, extra, events = msg
+            pr.pending = (action, index, extra)
+        elif kind == "done":
+            pr.pending = None
+            events = msg[1]
+        else:
+            self._fail("protocol", f"{pr.name} answered {msg!r}")
+        pr.events = list(events)
+
+    def _check_real_state(self) -> None:
+        m = self.model
+        for c in range(m.N):
+            real = self.ring.flags(c)
+            if real != m.flags(c):
+                self._fail("Conformance", f"chunk {c} flags in the segment are {real.hex()} but the spec's are {m.flags(c).hex()}")
+
+    def _check_pending(self, pr: Proc) -> None:
+        m = self.model
+        want = m.expected(pr.p)
+        got = "done" if pr.pending is None else pr.pending[0]
+        if got not in want:
+            self._fail("Conformance", f"{pr.name} is about to execute {got}, the spec allows {' or '.join(want)} (pc {m.pc[pr.p]!r})")
+        if pr.pending is not None and pr.pending[0] not in ("WriterSendOverflow", "ReaderRecvOverflow"):
+            # the writer's index moves at the end of its last step; a reader's at ReaderAck
+            cur = m.cursor(pr.p)
+            if pr.pending[1] != cur:
+                self._fail("Conformance", f"{pr.name} is at chunk {pr.pending[1]}, the spec's cursor is {cur}")
+
+    def signature(self):
+        """The global state: the model's variables and what each process is blocked before."""
+        m = self.model
+        return (repr(sorted((k, v) for k, v in vars(m).items() if k not in ("Order",))),
+                tuple((pr.pending, pr.sleeping) for pr in self.procs), tuple(len(v) for v in getattr(self, "got", {}).values()))
+
+    def drain(self, max_steps: int | None = None) -> None:
+        """Teardown: run every process fairly (round robin) until all are done.  The processes
+        are deterministic, so under round robin a global state that comes back at the start
+        of a round comes back forever: that is a deadlock or livelock (liveness violation),
+        reported at once.  ``max_steps`` is a backstop."""
+        if max_steps is None:
+            max_steps = 60 * (self.model.M + 2) * (self.model.NR + 1) * (self.model.N + 1)
+        n = 0
+        seen = set()
+        self.drain_at = len(getattr(self, "pids", ()))
+        while True:
+            todo = self.runnable()
+            if not todo:
+                break
+            sig = self.signature()
+            if sig in seen:
+                self._fail("Liveness", "the run cycles through the same global state under fair scheduling "
+                           "(deadlock/livelock): " + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in todo))
+            seen.add(sig)
+            for pr in todo:
+                self.step(pr)
+                n += 1
+            if n > max_steps:
+                self._fail("Liveness", f"not all processes finished within {max_steps} fair steps: "
+                           + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in self.runnable()))
+
+
+class RingRun(RunBase):
+    """One controlled run of the ring protocol; see the module docstring.
+
+    ``sizes[m-1]`` is the body size of message m (its payload is ``sizes + 16`` bytes, written
+    by two WriterWritePayload steps, like the spec's TwoStepPayload).
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        N: int,
+        NR: int,
+        sizes: list[int],
+        writer: str = "correct",
+        reader: str = "correct",
+        skip_readers: tuple[int, ...] | None = None,
+        cursors: bool = True,
+        max_chunk_bytes: int | None = None,
+        record: bool = False,
+    ) -> None:
+        self.params = dict(N=N, NR=NR, sizes=list(sizes), writer=writer, reader=reader, cursors=cursors,
+                           max_chunk_bytes=max_chunk_bytes)
+        self.pids: list[int] = []
+        self.N, self.NR, self.sizes = N, NR, list(sizes)
+        self.M = len(sizes)
+        self.writer_variant, self.reader_variant = writer, reader
+        self.cursors = cursors
+        self.schedule: list[str] = []
+        self.trace: list[tuple[str, int, dict]] | None = [] if record else None
+        mkw = dict(WRITER_MODEL[writer])
+        mkw.update(READER_MODEL[reader])
+        self.model = RingModel(N, NR, self.M, payload_parts=2, **mkw)
+        mcb = max_chunk_bytes or max([0, *sizes]) + _worker.PAYLOAD_OVERHEAD
+        self.pool = pool
+        workers = pool.ensure(NR + 1)
+        self.ring = ShmRingBuffer(NR, mcb, N)
+        self.procs = []
+        try:
+            for r in range(NR):
+                self.procs.append(Proc(r, workers[r], f"R{r}"))
+            self.procs.append(Proc(NR, workers[NR], "W"))
+            h = self.ring.handle()
+            for pr in self.procs:
+                if pr.p == NR:
+                    pr.worker.send(("ring", {"handle": h, "role": "writer", "variant": writer, "sizes": self.sizes}))
+                else:
+                    pr.worker.send(("ring", {"handle": h, "role": "reader", "variant": reader, "r": pr.p, "M": self.M}))
+            for pr in self.procs:
+                self._absorb(pr, pr.worker.recv())
+        except BaseException:
+            self.close()
+            raise
+        # every worker has attached (it reported its first step): the name can go
+        self.ring.unlink()
+        for pr in self.procs:
+            self._check_pending(pr)
+        self._check_real_state()
+
+    def describe(self) -> str:
+        return f"ring N={self.N} NR={self.NR} M={self.M} writer={self.writer_variant} reader={self.reader_variant}"
+
+    def step(self, pr: Proc) -> None:
+        action, index, extra = pr.pending
+        self.schedule.append(f"{pr.name}:{action}@{index}")
+        self.pids.append(pr.p)
+        pr.worker.send(("step", {}))
+        self._absorb(pr, pr.worker.recv())
+        copied = [v for (kind, v) in pr.events if kind == "copied"]
+        rec = StepRecord(pr.p, action, index, extra, *observe(self.ring, _worker.decode),
+                         copied=(copied[0] if len(copied) == 1 else copied) if action == "ReaderCopy" else None)
+        try:
+            check_step(self.model, rec, cursors=self.cursors, trace=self.trace)
+        except Conformance as e:
+            self._fail("Conformance", str(e))
+        except Violation as e:
+            self._fail("Violation", str(e))
+        self._check_pending(pr)
+
+    def check_complete(self) -> None:
+        for r in range(self.NR):
+            if self.model.recv[r] != list(range(1, self.M + 1)):
+                self._fail("Liveness", f"reader {r} delivered {self.model.recv[r]}, expected 1..{self.M}")
+
+    def close(self) -> None:
+        try:
+            self.pool.stop_all([pr.worker for pr in self.procs])
+        finally:
+            if self.ring is not None:
+                self.ring.unlink()
+                self.ring.close()
+                self.ring = None
+
+
+
+
+def trace_of(run: RingRun) -> dict:
+    """A recorded run in the form tracecheck.validate() takes."""
+    return {
+        "N": run.N, "NR": run.NR, "M": run.M,
+        "writer": run.writer_variant, "reader": run.reader_variant,
+        "steps": list(run.trace or []),
+    }
