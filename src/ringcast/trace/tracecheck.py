@@ -1,14 +1,14 @@
 """Trace validation: check with TLC that recorded runs of the real code are behaviours of
 spec/Ring.tla (spec/trace/TraceRing.tla).
 
-A trace is what ``pool.trace_of(run)`` returns for a ``RingRun(..., record=True)``:
+A trace is what ``ring_run.trace_of(run)`` (tests/stateful) returns for a ``RingRun(..., record=True)``:
 ``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}`` where
 ``state`` holds the spec variables observed after the step (``written``, ``rflag``, ``data`` read
 back from the segment, the chunk indices ``w`` and ``i`` the processes reported, the harness
 model's ``pc``).  :func:`validate` writes a batch of traces as the TLA+ module TraceData (TLC
 2.15 has no JSON module), copies the spec next to it, and runs TLC once per group of traces that
 share the spec's constants (N, NR, M, the writer order, SkipReader).  Used by
-tests/stateful (``pool.random_ring_runs`` records runs) and by ``ringcast stress --record-trace``
+tests/stateful (``RingRun(record=True)``) and by ``ringcast stress --record-trace``
 (:mod:`ringcast.trace.serial` records runs)::
 
     from ringcast.trace.serial import record_runs
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("traces", help="JSON file: a list of traces (pool.trace_of, ringcast.trace.serial or .queue_serial)")
+    ap.add_argument("traces", help="JSON file: a list of traces (ring_run.trace_of, ringcast.trace.serial or .queue_serial)")
     ap.add_argument("--keep", help="leave the generated TLA+ modules in this directory")
     a = ap.parse_args(argv)
     traces = json.loads(Path(a.traces).read_text())
