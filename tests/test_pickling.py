@@ -8,17 +8,27 @@ import threading
 import pytest
 
 from ringcast.errors import PayloadError
-from ringcast.pickling import (
-    BY_REFERENCE_MIN,
-    COALESCE_BELOW,
-    PartsPickler,
-    dump_parts,
-    loads_parts,
-    owned,
-    rebuild_tensor,
-)
+from ringcast.framing import Unpickler
+from ringcast.pickling import BY_REFERENCE_MIN, COALESCE_BELOW, PartsPickler, rebuild_tensor
 
 np = pytest.importorskip("numpy")
+
+_DEFAULT = PartsPickler()
+
+
+def dump_parts(obj) -> tuple[list, int, list, int]:
+    """``PartsPickler().dump(obj)`` with one shared instance (``oob=True``, no tensors)."""
+    return _DEFAULT.dump(obj)
+
+
+def owned(parts: list) -> list:
+    """``parts`` with every part that may alias a mutable object copied (``bytes`` kept as is)."""
+    return [p if type(p) is bytes else bytes(p) for p in parts]
+
+
+def loads_parts(parts, buffers=()):
+    """Unpickle a pickle given as parts, with out-of-band ``buffers``."""
+    return pickle.loads(parts[0] if len(parts) == 1 else b"".join(parts), buffers=buffers)
 
 BIG = BY_REFERENCE_MIN + 123
 
@@ -233,27 +243,18 @@ def test_reentrant_and_threaded_dumps_use_their_own_pickler():
     assert len(results) == 600 and all(results)
 
 
-def test_loads_parts_contiguous_buffer_and_custom_unpickler():
+def test_parts_read_back_from_a_chunk_view_and_through_an_allow_list():
+    """The queue's reading side (framing.Unpickler) reads the parts, written back to back after
+    the inline marker, in place from the chunk's view; an allow-list refuses what it lacks."""
+    import collections
+
     obj = {"a": [1, 2, 3], "b": _payload(BIG)}
-    parts = dump_parts(obj)[0]
-    joined = bytearray(b"\x00" + b"".join(parts))
-    assert loads_parts(memoryview(joined)[1:]) == obj  # in place, like a chunk view
-
-    class Refuse(pickle.Unpickler):
-        def find_class(self, module, name):
-            raise pickle.UnpicklingError(f"{module}.{name} not allowed")
-
-    made = []
-
-    def make(file, buffers):
-        made.append(1)
-        return Refuse(file, buffers=buffers)
-
-    assert loads_parts(parts, make_unpickler=make) == obj and made
-    with pytest.raises(pickle.UnpicklingError, match="collections.OrderedDict"):
-        import collections
-
-        loads_parts(dump_parts(collections.OrderedDict(a=1))[0], make_unpickler=make)
+    chunk = bytearray(b"\x00" + b"".join(dump_parts(obj)[0]) + b"stale bytes after STOP")
+    assert Unpickler().from_chunk(memoryview(chunk)) == obj
+    assert Unpickler(frozenset()).from_chunk(memoryview(chunk)) == obj  # plain data needs no entry
+    od = bytearray(b"\x00" + b"".join(dump_parts(collections.OrderedDict(a=1))[0]))
+    with pytest.raises(PayloadError, match="collections.OrderedDict"):
+        Unpickler(frozenset()).from_chunk(memoryview(od))
 
 
 def test_in_band_buffers_with_oob_off_are_parts_by_reference():

@@ -3,11 +3,13 @@
 General layout, bottom up (an import never points up; tests/test_structure.py checks that no
 import cycle exists, imports inside functions included):
 
+* :mod:`ringcast.errors` - the exception types (every one a subclass of what vLLM raises).
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
 * :mod:`ringcast.atomics` - fence, 32-bit atomics and futex (C extension; lock fallback on x86).
 * :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
+* :mod:`ringcast.headroom` - how much memory a new segment may take (cgroup and RAM limits).
 * :mod:`ringcast.shm` - creating/attaching shared memory segments.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the atomic protocol steps (``RingWriter``,
   ``RingReader``), one method per TLA+ action of spec/Ring.tla.
@@ -18,16 +20,20 @@ import cycle exists, imports inside functions included):
   ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
   (claim .. publish, load .. ack, the overflow pairing, waiting and notifying); the only caller
   of the ring's steps, and what MessageQueue, the stateful harness and the trace recorder run.
+  Each endpoint is given one ``Observer`` (overflow I/O, errors and the long-wait log); the
+  endpoint decides, e.g. evicts dead readers, the observer reports.
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).
 * :mod:`ringcast.framing` - an object as a chunk's parts or overflow frames, and back (markers,
   pickle, out-of-band buffers, the allow-list unpickler).
 * :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
 * :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
-* :mod:`ringcast.roles` - a queue side's wait diagnostics (timeouts, dead peers, eviction, the
-  long-wait log), wait policy and statistics.
+* :mod:`ringcast.roles` - a queue's :class:`Role` and each side's observer (overflow sends and
+  receives, timeouts, dead peers, the long-wait log), wait policy and statistics.
 * :mod:`ringcast.groups` - the group protocol (duck-typed process groups; torch's adapted, torch
   imported only then), the locality probe and the handle exchange: ``queue_from_group`` builds
   a queue over a group, given the queue class (so it imports neither the queue nor the torch half).
+* :mod:`ringcast.lifetime` - what a queue nobody closes releases when it is collected (never
+  blocking ``gc.collect()``).
 * :mod:`ringcast.queue` - :class:`MessageQueue`, the vLLM-compatible front: it ties the
   endpoint, framing, channel, handshake and roles of one side together; lifetime and shutdown.
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
@@ -52,7 +58,7 @@ from .errors import (
     RoleError as RoleError,
     ShmSpaceError as ShmSpaceError,
 )
-from .queue import Handle as Handle, MessageQueue as MessageQueue, QueueStatistics as QueueStatistics
+from .queue import Handle as Handle, MessageQueue as MessageQueue, QueueStatistics as QueueStatistics, Role as Role
 from .ring import ShmRingBuffer as ShmRingBuffer
 
 __version__ = "0.1.0"
@@ -72,6 +78,7 @@ __all__ = [
     "QueueStatistics",
     "RingcastError",
     "RingTimeoutError",
+    "Role",
     "RoleError",
     "ShmRingBuffer",
     "ShmSpaceError",

@@ -46,8 +46,8 @@ def check_fallback(machine: str) -> None:
         )
 
 
-# futex_wait results
-WOKEN, VALUE_CHANGED, TIMED_OUT, INTERRUPTED = 0, 1, 2, 3
+#: futex_wait's result when its timeout expired (0: woken, 1: the value had changed, 3: a signal)
+TIMED_OUT = 2
 
 if _native is not None:
     fence = _native.fence

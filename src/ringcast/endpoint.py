@@ -43,11 +43,19 @@ Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
     NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
     [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack
 
-The overflow pairing (spec/RingOverflow.tla): the writer sends the payload before it clears the
-read flags, so a reader that sees the marker can always receive it; a reader that has acked a
-marker owes itself exactly one overflow message (``owed``), and if its receive times out the
-next :meth:`~ReaderEndpoint.receive` takes that payload before touching the ring again, so a
-marker is always paired with its own payload, in ring order.
+The overflow pairing (spec/Ring.tla ``WriterSendOverflow`` and ``ReaderRecvOverflow``, models
+``overflow_*``): the writer sends the payload before it clears the read flags, so a reader that
+sees the marker can always receive it; a reader that has acked a marker owes itself exactly one
+overflow message (``owed``), and if its receive times out the next
+:meth:`~ReaderEndpoint.receive` takes that payload before touching the ring again, so a marker
+is always paired with its own payload, in ring order.
+
+Each endpoint is given one :class:`Observer` (MessageQueue: :mod:`ringcast.roles`' side
+objects): the overflow channel's I/O, the errors a wait raises, the checks and the log while it
+is parked. The endpoint decides; the observer reports. A parked writer reads the liveness of
+the readers it waits for (dead / unknown / alive, :meth:`ShmRingBuffer.reader_liveness`) and
+evicts the dead ones itself (:meth:`WriterEndpoint.evict_dead`) or raises; a reader whose
+liveness is unknown is never evicted nor reported dead.
 
 Payloads are *parts*: a sequence of bytes-like objects written back to back into the chunk (a
 marker, a header, a pickle, out-of-band buffers: whatever the framing layer produces). The
@@ -60,34 +68,80 @@ from contextlib import contextmanager
 
 from . import steps as _steps
 from .atomics import fence
-from .errors import RingTimeoutError
+from .errors import DeadReaderError, RingTimeoutError
 from .ring import RingReader, RingWriter, ShmRingBuffer
 from .waiting import Counters, EventCount, Waiter, WaitPolicy
 
-__all__ = ["WriterEndpoint", "ReaderEndpoint", "OVERFLOW"]
+__all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
 
 #: What a reader's ``copy_out`` returns for a chunk that is an overflow marker: the message's
 #: payload follows on the overflow channel.
 OVERFLOW = object()
 
 
-def _no_idle(waited: float) -> None:
-    pass
+class Observer:
+    """What an endpoint reports to and asks of the layer that owns it: one object per endpoint,
+    given at construction (``observer=``) and held for the endpoint's life. MessageQueue's are
+    :class:`ringcast.roles.WriterSide` / :class:`~ringcast.roles.ReaderSide`; the stateful
+    harness and the trace recorder use this base class, which sends and receives no overflow,
+    raises a plain :class:`RingTimeoutError` and logs nothing.
+
+    An observer reports and builds errors; it takes no protocol action (eviction is the
+    endpoint's decision, :meth:`WriterEndpoint.evict_dead`). It must not refer to the object
+    that owns the endpoint (a MessageQueue): the endpoint holds it strongly, and a queue nobody
+    closes must be freed as soon as its last reference goes (no cycle; :mod:`ringcast.lifetime`).
+    The methods that take the endpoint read it (``index``, ``ring``, ``unread_readers()``), and
+    change nothing.
+    """
+
+    def send_overflow(self, frames) -> None:
+        """WriterSendOverflow's I/O: put one overflow payload (a list of frames) on the overflow
+        channel, copied before it returns (the frames may alias the caller's objects)."""
+        raise RuntimeError("this writer endpoint has no overflow channel (its observer has no send_overflow)")
+
+    def recv_overflow(self, deadline: float | None, timeout: float | None) -> list:
+        """ReaderRecvOverflow's I/O: the next message of the overflow channel as a list of frames,
+        before ``deadline`` (``time.monotonic()`` seconds; None: no limit; ``timeout`` is the
+        caller's value, for the error message)."""
+        raise RuntimeError("this reader endpoint has no overflow channel (its observer has no recv_overflow)")
+
+    def timeout_error(self, ep: "_Endpoint", waited: float) -> BaseException:
+        """The exception a wait on the ring raises after its timeout (``waited`` seconds)."""
+        return RingTimeoutError(f"{ep.what}: timed out after {waited:.3f}s at chunk {ep.index}")
+
+    def check_writer(self, ep: "ReaderEndpoint", waited: float) -> None:
+        """A parked reader's look at its writer, about every ``recheck_interval``: raise if the
+        writer is dead or has evicted this reader. The default looks at nothing."""
+
+    def dead_readers_error(self, ep: "WriterEndpoint", dead: list, waited: float) -> BaseException:
+        """What a parked writer raises for ``dead`` (``[(reader, pid)]``, found dead while it
+        waited for them) when it does not evict dead readers."""
+        return DeadReaderError(f"{ep.what}: local readers {dead} (reader, pid) are dead after {waited:.3f}s at chunk {ep.index}")
+
+    def evicted(self, ep: "WriterEndpoint", dead: list) -> None:
+        """The writer has just evicted ``dead`` (``[(reader, pid)]``)."""
+
+    def long_wait(self, ep: "_Endpoint", waited: float, unknown: list) -> None:
+        """Called while parked, about every ``recheck_interval``, after the checks above: the
+        periodic long-wait log. ``unknown``: the ``[(reader, pid)]`` a writer waits for whose
+        liveness cannot be told (never judged dead; always empty for a reader)."""
+
+
+#: the observer of an endpoint that is given none
+NO_OBSERVER = Observer()
 
 
 class _Endpoint:
-    """What both sides share: the wait loop, the counters and the cancel flag."""
+    """What both sides share: the wait loop, the counters, the cancel flag and the observer."""
 
-    def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None, counters: Counters | None, cancelled: list | None) -> None:
+    def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None, counters: Counters | None, cancelled: list | None,
+                 observer: Observer | None) -> None:
         self.ring = ring
         self.counters = Counters() if counters is None else counters
         #: one-element list: ``shutdown()`` (any thread) sets it; every wait raises Cancelled
         self.cancelled = [False] if cancelled is None else cancelled
         self.waiter = Waiter(WaitPolicy() if policy is None else policy, self.counters, self.cancelled)
-        #: called while parked about every recheck_interval (dead-peer checks, logging; may raise)
-        self.on_idle = _no_idle
-        #: builds the exception a wait raises after its timeout (None: a generic RingTimeoutError)
-        self.on_timeout = None
+        self.observer = NO_OBSERVER if observer is None else observer
         self.what = "waiting"
 
     @property
@@ -97,27 +151,29 @@ class _Endpoint:
 
     def _wait(self, ready, ec, side, timeout: float | None) -> None:
         """Spin, then park on ``ec``, until ``ready()`` (the side's own look at the ring)."""
-        on_timeout = self.on_timeout or self._timeout
-        self.waiter.wait(ready, ec, side, self.cursor.index, timeout, on_timeout, self.on_idle, self.what)
+        self.waiter.wait(ready, ec, side, self.cursor.index, timeout, self._timeout_error, self._idle, self.what)
 
-    def _timeout(self, waited: float) -> RingTimeoutError:
-        return RingTimeoutError(f"{self.what}: timed out after {waited:.3f}s at chunk {self.cursor.index}")
+    def _timeout_error(self, waited: float) -> BaseException:
+        return self.observer.timeout_error(self, waited)
 
 
 class WriterEndpoint(_Endpoint):
-    """The writer's side of a ring. ``send_overflow(frames)`` sends an overflow payload on the
-    overflow channel (MessageQueue: its ipc socket); ``cursor`` replaces the :class:`RingWriter`
-    (the planted-bug variants of tests/stateful)."""
+    """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads
+    (MessageQueue: on its ipc socket) and says what a long wait means; ``evict_dead_readers``:
+    a reader found dead while the writer waits for it is evicted (else the observer's
+    ``dead_readers_error`` is raised); ``cursor`` replaces the :class:`RingWriter` (the
+    planted-bug variants of tests/stateful)."""
 
     side = "writer"
 
     def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancelled: list | None = None, send_overflow=None, cursor: RingWriter | None = None) -> None:
-        super().__init__(ring, policy, counters, cancelled)
+                 cancelled: list | None = None, observer: Observer | None = None, evict_dead_readers: bool = False,
+                 cursor: RingWriter | None = None) -> None:
+        super().__init__(ring, policy, counters, cancelled, observer)
         self.cursor = RingWriter(ring) if cursor is None else cursor
         self.parks_on = EventCount(*ring.read_seq_addrs(), self.counters)  # readers' acks bump read_seq
         self.notifies = EventCount(*ring.write_seq_addrs(), self.counters)  # readers park on write_seq
-        self.send_overflow = send_overflow
+        self.evict_dead_readers = bool(evict_dead_readers)
         #: the chunk whose overflow payload was sent but which an exception left unpublished
         self.owed: int | None = None
         #: a published message whose NotifyLoadWaiters/NotifyWake an exception cut short
@@ -127,7 +183,7 @@ class WriterEndpoint(_Endpoint):
     # -- the sequence ----------------------------------------------------------------------------
     def claim(self, timeout: float | None = None) -> None:
         """WriterClaim until the chunk at the cursor is free: spin, then park (at most
-        ``timeout`` seconds; then ``on_timeout``'s exception)."""
+        ``timeout`` seconds; then the observer's ``timeout_error``)."""
         w = self.cursor
         if w._writer_claim():
             return
@@ -229,12 +285,29 @@ class WriterEndpoint(_Endpoint):
     def _writer_send_overflow(self, frames) -> None:
         if _steps.hook is not None:
             _steps.hook("WriterSendOverflow", "writer", self.cursor.index, None)
-        self.send_overflow(frames)
+        self.observer.send_overflow(frames)
         self.owed = self.cursor.index  # the payload is out: from here the marker must follow
 
-    def evict(self, r: int) -> None:
-        """Reader ``r`` is dead: WriterEvict (only between messages, while waiting for a chunk)."""
-        self.cursor._writer_evict(r)
+    def _idle(self, waited: float) -> None:
+        """While parked for a chunk, about every recheck_interval: are the readers it waits for
+        alive? A dead one is evicted (``evict_dead_readers``) or the wait raises; one whose
+        liveness cannot be told (``unknown``) is neither: it is only named in the long-wait log."""
+        dead, unknown = self.ring.reader_liveness(self.cursor.unread_readers())
+        if dead:
+            if not self.evict_dead_readers:
+                raise self.observer.dead_readers_error(self, dead, waited)
+            self.evict_dead(dead)
+        self.observer.long_wait(self, waited, unknown)
+
+    def evict_dead(self, dead: list) -> None:
+        """Evict the readers of ``dead`` (``[(reader, pid)]``, each found dead while the writer
+        waited for a chunk, so between messages): the spec's WriterEvict for each (the ring's
+        step, spec model ``evict_correct``), then tell the observer. The one place a reader is
+        evicted."""
+        for r, _pid in dead:
+            self.cursor._writer_evict(r)
+            self.counters.evictions += 1
+        self.observer.evicted(self, dead)
 
     # -- diagnostics -------------------------------------------------------------------------------
     def unread_readers(self) -> list[int]:
@@ -243,18 +316,17 @@ class WriterEndpoint(_Endpoint):
 
 
 class ReaderEndpoint(_Endpoint):
-    """Reader ``r``'s side of a ring. ``recv_overflow(deadline, timeout)`` returns the next
-    message of the overflow channel as a list of frames (MessageQueue: its ipc socket, honouring
-    the deadline, shutdown and a dead writer)."""
+    """Reader ``r``'s side of a ring. ``observer`` (:class:`Observer`) receives overflow payloads
+    (MessageQueue: from its ipc socket, honouring the deadline, shutdown and a dead writer) and
+    checks the writer while the reader is parked."""
 
     def __init__(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancelled: list | None = None, recv_overflow=None, cursor: RingReader | None = None) -> None:
-        super().__init__(ring, policy, counters, cancelled)
+                 cancelled: list | None = None, observer: Observer | None = None, cursor: RingReader | None = None) -> None:
+        super().__init__(ring, policy, counters, cancelled, observer)
         self.cursor = RingReader(ring, r) if cursor is None else cursor
         self.side = self.r = r
         self.parks_on = EventCount(*ring.write_seq_addrs(), self.counters)  # the writer's publications bump write_seq
         self.notifies = EventCount(*ring.read_seq_addrs(), self.counters)  # the writer parks on read_seq
-        self.recv_overflow = recv_overflow
         #: a marker was acked but its payload not yet received (its receive timed out)
         self.owed = False
         self.what = f"reader {r} waiting for a message"
@@ -315,9 +387,15 @@ class ReaderEndpoint(_Endpoint):
     def _reader_recv_overflow(self, deadline: float | None, timeout: float | None):
         if _steps.hook is not None:
             _steps.hook("ReaderRecvOverflow", self.r, self.cursor.index, None)
-        frames = self.recv_overflow(deadline, timeout)
+        frames = self.observer.recv_overflow(deadline, timeout)
         self.owed = False
         return frames
+
+    def _idle(self, waited: float) -> None:
+        """While parked for a message, about every recheck_interval: the observer checks the
+        writer (dead, or it evicted us: raises), then logs a long wait."""
+        self.observer.check_writer(self, waited)
+        self.observer.long_wait(self, waited, [])
 
     def release(self) -> None:
         """Drop the cursor's view of the mapping (before the ring is closed)."""

@@ -1,6 +1,7 @@
 """Framing: how an object becomes a chunk's parts (or overflow frames), and back.
 
-Chunk payload (byte 0 is the marker; the spec's overflow model, spec/RingOverflow.tla):
+Chunk payload (byte 0 is the marker; the overflow pairing is spec/Ring.tla's ``WriterSendOverflow``
+and ``ReaderRecvOverflow``, models ``overflow_*``):
 
 * ``0`` inline: bytes 1.. hold a pickle (protocol 5) of at most ``max_chunk_bytes - 1`` bytes;
   the unpickler stops at its STOP opcode, so no length is stored (as in vLLM).
@@ -113,16 +114,20 @@ class Unpickler:
     """Reads messages back: from a chunk's view (:meth:`from_chunk`, run during ReaderCopy) or
     from overflow frames (:meth:`from_frames`). ``allowed`` None trusts the writer (plain
     pickle); a frozenset of ``"module.Name"`` strings restricts what may be constructed.
-    ``describe()`` names the reader and ``slot()`` the chunk being read in error messages;
+    ``name`` names the reader in error messages, and ``endpoint`` (the reader's
+    :class:`~ringcast.endpoint.ReaderEndpoint`, None for a remote reader) the slot being read;
     ``oob_bytes`` adds up the out-of-band bytes read from chunks (statistics); ``arena`` is the
     :class:`~ringcast.arena.ArenaReader` that rebuilds marker-3 buffers as views (None: none)."""
 
-    def __init__(self, allowed: frozenset | None, describe, slot=lambda: -1) -> None:
+    def __init__(self, allowed: frozenset | None = None, name: str = "reader") -> None:
         self.allowed = allowed
-        self.describe = describe
-        self.slot = slot
+        self.name = name
+        self.endpoint = None
         self.oob_bytes = 0
         self.arena = None
+
+    def _slot(self) -> int:
+        return -1 if self.endpoint is None else self.endpoint.index
 
     def loads(self, data, buffers=()):
         if self.allowed is None:
@@ -133,7 +138,7 @@ class Unpickler:
         try:
             return self.loads(frames[0], frames[1:])
         except Exception as e:
-            raise PayloadError(f"{self.describe()} could not unpickle a message: {e!r}; the message is skipped") from e
+            raise PayloadError(f"{self.name} could not unpickle a message: {e!r}; the message is skipped") from e
 
     def from_chunk(self, view):
         """The object in a chunk, or :data:`~ringcast.endpoint.OVERFLOW` for a marker chunk."""
@@ -147,10 +152,10 @@ class Unpickler:
                 return OVERFLOW
         except Exception as e:
             raise PayloadError(
-                f"{self.describe()} could not unpickle the message in slot {self.slot()}: {e!r}; the slot is released and "
+                f"{self.name} could not unpickle the message in slot {self._slot()}: {e!r}; the slot is released and "
                 "the next dequeue() gets the next message"
             ) from e
-        raise PayloadError(f"{self.describe()} found marker byte {kind} in slot {self.slot()}: the segment is corrupt")
+        raise PayloadError(f"{self.name} found marker byte {kind} in slot {self._slot()}: the segment is corrupt")
 
     def _oob(self, view, kind: int):
         nbuf, main_len = _OOB_HEAD.unpack_from(view, 1)
@@ -163,7 +168,7 @@ class Unpickler:
             off += _SLOT.size * nbuf
             if self.arena is None:
                 raise PayloadError(
-                    f"{self.describe()} got a message with {nbuf} buffer(s) in the writer's tensor arena but has no arena: "
+                    f"{self.name} got a message with {nbuf} buffer(s) in the writer's tensor arena but has no arena: "
                     "its handle's tensor_arena is None; pass the handle from export_handle() unchanged"
                 )
         main = view[off : off + main_len]

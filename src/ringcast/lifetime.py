@@ -14,7 +14,9 @@ of the queue's cycle), and that runs when the queue is collected, in whatever th
 * every socket gets ``LINGER 0`` and is closed: queued messages to readers that never read them
   are dropped instead of waited for (``close()`` flushes them, for up to ``channel``'s linger);
 * the authenticator is stopped and the context terminated: it has no open socket left, so
-  ``term()`` returns at once;
+  ``term()`` returns at once. If the collection runs in the authenticator's own thread (the
+  garbage collector can start in any thread that allocates), a new thread does this part: a
+  thread cannot join itself;
 * the writer's segment names (ring and tensor arena) are removed; the mappings go with the last
   reference to them, and a memfd's descriptor with its own finalizer.
 
@@ -26,13 +28,14 @@ releases the same things itself.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import zmq
 
 from . import channel
 
-__all__ = ["release_on_collect", "weak_method"]
+__all__ = ["release_on_collect"]
 
 
 def release_on_collect(queue, ctx, sockets, auth, ipc_path: str | None, segments) -> weakref.finalize:
@@ -49,18 +52,14 @@ def release_on_collect(queue, ctx, sockets, auth, ipc_path: str | None, segments
 def _release(ctx, sockets: list, auth, ipc_path: str | None, segments: list) -> None:
     for s in sockets:
         s.setsockopt(zmq.LINGER, 0)
-    channel.close_all(sockets, auth, ctx, ipc_path)
+    if auth is not None and threading.current_thread() is getattr(auth, "thread", None):
+        # Collected in the authenticator's own thread (its ZAP handler allocated): stop() would
+        # join the current thread, and the context cannot terminate while that thread holds its
+        # sockets. A new thread does both once the handler has returned and the thread ended.
+        threading.Thread(target=channel.close_all, args=(sockets, auth, ctx, ipc_path), name="ringcast-release",
+                         daemon=True).start()
+    else:
+        channel.close_all(sockets, auth, ctx, ipc_path)
     for seg in segments:
         seg.unlink()
 
-
-def weak_method(method):
-    """``method`` of a MessageQueue, called through a weak reference: the queue's endpoint and
-    unpickler call back into it, and a queue that nobody closed must still be freed as soon as
-    its last reference goes (no reference cycle waiting for the garbage collector)."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args):
-        return ref()(*args)
-
-    return call

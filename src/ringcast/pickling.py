@@ -9,7 +9,7 @@ those writes in a list, so the caller gets the pickle as a list of parts, learns
 *before* it claims a chunk (inline or overflow), and then copies each part exactly once, straight
 into the chunk or into the socket's frames.
 
-Contract of :meth:`PartsPickler.dump` (and :func:`dump_parts`): ``dump(obj)`` returns
+Contract of :meth:`PartsPickler.dump`: ``dump(obj)`` returns
 ``(parts, main_len, buffers, total)``:
 
 * ``parts``: the pickle stream, in order; ``b"".join(parts)`` is byte for byte what
@@ -33,7 +33,7 @@ valid only until the caller's object changes, so they must be consumed (copied i
 memory, or sent by zmq with ``copy=True``) before control returns to the code that owns the
 object -- i.e. before ``enqueue`` returns. That keeps the queue's guarantee "the caller may mutate
 its object as soon as enqueue returns". A caller that keeps parts longer (zmq ``copy=False``,
-deferred sends) calls :func:`owned` first, which copies exactly the parts that may alias.
+deferred sends) must first copy every part that is not ``bytes``.
 
 Using it in the queue: inline without buffers (``main_len <= max_chunk_bytes - 1``) the chunk's
 parts are ``(b"\\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
@@ -42,9 +42,9 @@ frames (overflow, remote readers) carry the pickle as one frame: ``main = parts[
 == 1 else b"".join(parts)``, a private ``bytes`` that may be sent with ``copy=False``; the buffers
 are sent with ``copy=True`` (they may alias the caller's memory).
 
-:func:`loads_parts` is the reading side: one contiguous buffer or a list of parts, plus the
-out-of-band buffers. :func:`rebuild_tensor` is what ``tensors=True`` pickles refer to; an
-allow-list unpickler must allow ``ringcast.pickling.rebuild_tensor`` for them.
+The reading side is :class:`ringcast.framing.Unpickler`. :func:`rebuild_tensor` is what
+``tensors=True`` pickles refer to; an allow-list unpickler must allow
+``ringcast.pickling.rebuild_tensor`` for them.
 
 No import of torch or numpy here: tensors are handled only when ``torch`` is already imported
 in the process (an object cannot hold a tensor otherwise).
@@ -53,7 +53,6 @@ in the process (an object cannot hold a tensor otherwise).
 from __future__ import annotations
 
 import copyreg
-import io
 import pickle
 import sys
 import threading
@@ -61,7 +60,7 @@ import warnings
 
 from .errors import PayloadError
 
-__all__ = ["PartsPickler", "dump_parts", "loads_parts", "owned", "rebuild_tensor", "BY_REFERENCE_MIN", "COALESCE_BELOW"]
+__all__ = ["PartsPickler", "rebuild_tensor", "BY_REFERENCE_MIN", "COALESCE_BELOW"]
 
 #: CPython's pickler passes payloads (bytes, bytearray, in-band PickleBuffer) of at least this
 #: many bytes to ``file.write`` by reference (``FRAME_SIZE_TARGET`` in Modules/_pickle.c).
@@ -262,26 +261,3 @@ class _TensorTable:
 
 _TENSOR_TABLE = _TensorTable()
 
-
-_default = PartsPickler()
-
-
-def dump_parts(obj) -> tuple[list, int, list, int]:
-    """``PartsPickler().dump(obj)`` with a shared default instance (``oob=True``, no tensors)."""
-    return _default.dump(obj)
-
-
-def owned(parts: list) -> list:
-    """``parts`` with every part that may alias a mutable object copied (``bytes`` kept as is)."""
-    return [p if type(p) is bytes else bytes(p) for p in parts]
-
-
-def loads_parts(data, buffers=(), *, make_unpickler=None):
-    """Unpickle ``data`` (one bytes-like object, or a list/tuple of parts) with out-of-band
-    ``buffers``. ``make_unpickler(file, buffers)`` returns a ``pickle.Unpickler`` (e.g. an
-    allow-list one); None uses ``pickle.loads``. A single contiguous buffer is read in place."""
-    if type(data) is list or type(data) is tuple:
-        data = data[0] if len(data) == 1 else b"".join(data)
-    if make_unpickler is None:
-        return pickle.loads(data, buffers=buffers)
-    return make_unpickler(io.BytesIO(data), buffers).load()

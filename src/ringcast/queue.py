@@ -14,9 +14,13 @@ What it delegates, and where a newcomer finds it:
 * the sockets (overflow ipc socket, remote readers' TCP socket, CurveZMQ): :mod:`ringcast.channel`;
 * the handle and the READY handshake: :mod:`ringcast.handshake`.
 
-What stays here is the role of this side (writer, local reader, remote reader), the overflow
-and remote receives, statistics, and lifetime (``shutdown``, ``close``; collection without
-``close()``: :mod:`ringcast.lifetime`). Timeouts' messages and dead peers: :mod:`ringcast.roles`.
+* what a side reports while it waits (the endpoint's observer: overflow sends and receives,
+  timeouts' messages, dead peers, the long-wait log) and what a queue says about itself
+  (role, statistics): :mod:`ringcast.roles`;
+* collection without ``close()``: :mod:`ringcast.lifetime`.
+
+What stays here is building the side (writer, local reader, remote reader) out of those parts,
+the remote readers' sends and receives, counting messages, and ``shutdown`` / ``close``.
 """
 
 from __future__ import annotations
@@ -29,13 +33,13 @@ import zmq
 
 from . import channel
 from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
-from .lifetime import release_on_collect, weak_method
+from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
-from .roles import QueueRole, QueueStatistics, ReaderSide, Role, WriterSide, check_reader_counts, wait_policy
+from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
@@ -119,6 +123,7 @@ class MessageQueue(QueueRole):
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
         self._is_writer = True
+        self._side = WriterSide(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
         self._ctx = zmq.Context()
         topic = channel.new_topic()
         try:
@@ -127,16 +132,14 @@ class MessageQueue(QueueRole):
             if n_local_reader > 0:
                 self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
                 self.buffer.register_writer()
-                ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
-                                    send_overflow=weak_method(self._send_overflow))
-                self._side = WriterSide(ep, local_reader_ranks, bool(evict_dead_readers))
-                self._endpoint = ep
+                local_addr, self._ipc_path = channel.local_address()
+                self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
+                self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
+                                                     observer=self._side, evict_dead_readers=evict_dead_readers)
                 if enable_shm_tensor_arena and not tensor_arena_bytes:
                     tensor_arena_bytes = DEFAULT_ARENA_BYTES
                 if tensor_arena_bytes:
                     self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
-                local_addr, self._ipc_path = channel.local_address()
-                self.local_socket = channel.xpub(self._ctx, local_addr, topic)
             curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
@@ -166,9 +169,9 @@ class MessageQueue(QueueRole):
         self._counters = Counters()
         self._cancelled = [False]
         self._messages = self._bytes = self._overflows = 0
-        self._unpickler = Unpickler(None, weak_method(self._role), weak_method(self._slot))
+        self._unpickler = Unpickler()
         self._pickler = Pickler()
-        self._side = None  # WriterSide / ReaderSide where this side waits on a ring
+        self._side = None  # set once the role is known: WriterSide, ReaderSide, or a remote reader's Side
         self._auth = None
         self._ready = False
 
@@ -208,6 +211,8 @@ class MessageQueue(QueueRole):
         self._is_local_reader = local is not None
         self._is_remote_reader = local is None
         self.local_reader_rank = -1 if local is None else local
+        self._unpickler.name = self._role()
+        self._side = Side(self._role(), self.policy, self._counters, self._cancelled)
         self._ctx = zmq.Context()
         try:
             if self._is_local_reader:
@@ -216,12 +221,12 @@ class MessageQueue(QueueRole):
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
                 self.buffer.register_reader(local)
                 self._unpickler.arena = reader_arena(handle, local)
-                ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
-                                    recv_overflow=weak_method(self._recv_overflow))
-                self._side = ReaderSide(self._role(), ep)
-                ep.what = f"{self._role()} waiting for a message"
-                self._endpoint = ep
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
+                self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
+                ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
+                                    observer=self._side)
+                ep.what = f"{self._role()} waiting for a message"
+                self._endpoint = self._unpickler.endpoint = ep
             else:
                 self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, handle.topic, ipv6=handle.remote_addr_ipv6,
                                                  curve_keys=handle.remote_curve_keys)
@@ -268,7 +273,7 @@ class MessageQueue(QueueRole):
             deadline = None if timeout is None else time.monotonic() + timeout
 
             def recv(sock, what):
-                return self._recv_frames(sock, deadline, what, timeout)
+                return self._side.recv_frames(sock, deadline, what, timeout)
 
             if self._is_writer:
                 writer_handshake(((self.n_local_reader, self.local_socket, "local"),
@@ -282,21 +287,7 @@ class MessageQueue(QueueRole):
                 reader_handshake(self.local_socket if self._is_local_reader else self.remote_socket, recv)
             self._ready = True
 
-    def _recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None, copy: bool = True) -> list:
-        """Receive one multipart message, honouring deadline, shutdown and a dead writer
-        (``copy=False``: ``zmq.Frame`` objects, see :func:`ringcast.channel.recv_frames`)."""
-
-        def on_timeout(waited: float) -> RingTimeoutError:
-            self._counters.timeouts += 1
-            return RingTimeoutError(f"{self._role()} timed out after {waited:.3f}s (timeout={timeout}s) {what}")
-
-        idle = (lambda: self._side.check_writer_alive(what)) if self._is_local_reader else _nothing
-        return channel.recv_frames(sock, deadline, lambda: self._check_cancelled(what), idle, on_timeout, copy)
-
     # -- writing ---------------------------------------------------------------------------------
-    def _send_overflow(self, frames) -> None:
-        self.local_socket.send_multipart(frames, copy=True)  # copied now: buffers may alias the caller's objects
-
     def enqueue(self, obj, timeout: float | None = None) -> None:
         """Broadcast ``obj`` to every reader. Blocks while the ring is full (all ``max_chunks``
         chunks unread by some local reader), at most ``timeout`` seconds."""
@@ -342,11 +333,6 @@ class MessageQueue(QueueRole):
                 yield view
 
     # -- reading ---------------------------------------------------------------------------------
-    def _recv_overflow(self, deadline: float | None, timeout: float | None) -> list:
-        frames = self._recv_frames(self.local_socket, deadline, "waiting for an overflow payload", timeout, False)
-        self._overflows += 1
-        return frames
-
     def dequeue(self, timeout: float | None = None, indefinite: bool = False):
         """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds.
         ``indefinite=True``: a wait expected to be long (an idle worker), not logged as one."""
@@ -362,12 +348,13 @@ class MessageQueue(QueueRole):
                 self._check_cancelled("dequeue")
             ep = self._endpoint
             if ep is None:  # a remote reader
-                frames = self._recv_frames(self.remote_socket, deadline, "waiting for a message", timeout, False)
+                frames = self._side.recv_frames(self.remote_socket, deadline, "waiting for a message", timeout, False)
             else:
                 obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
                 if frames is None:
                     self._messages += 1
                     return obj
+                self._overflows += 1
             self._messages += 1
             self._bytes += sum(len(f) for f in frames)
             return self._unpickler.from_frames(frames)
@@ -397,7 +384,7 @@ class MessageQueue(QueueRole):
         ``RingTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds."""
         if not socket.poll(None if timeout is None else max(0, int(check_timeout(timeout) * 1000))):
             raise RingTimeoutError(f"no message on {socket!r} within timeout={timeout}s")
-        return Unpickler(None, _nothing, _nothing).from_frames(socket.recv_multipart(copy=False))
+        return Unpickler().from_frames(socket.recv_multipart(copy=False))
 
     def broadcast_object(self, obj=None):
         """Writer: enqueue ``obj`` and return it. Reader: return the next message."""
@@ -422,9 +409,8 @@ class MessageQueue(QueueRole):
         self._cancelled[0] = True
         ep = self._endpoint
         if ep is not None and self.buffer is not None and not self.buffer.closed:
-            for ec in (ep.parks_on, ep.notifies):
-                if ec is not None:
-                    ec.wake_all()
+            ep.parks_on.wake_all()
+            ep.notifies.wake_all()
 
     def close(self) -> None:
         """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent.
@@ -461,8 +447,4 @@ class MessageQueue(QueueRole):
                 self._endpoint.release()
             self.buffer.unlink()
             self.buffer.close()
-
-
-def _nothing() -> None:
-    pass
 

@@ -9,7 +9,10 @@ steps for one message (and the waiting between them) is not here: it is
 :mod:`ringcast.endpoint`'s, the only caller of these methods.
 
 Fences (``atomics.fence``, a sequentially consistent fence). Which are needed is what TLC
-shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table"):
+shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table"). F1, F3
+and F5 are in the step methods below; F7 and F4 sit between two steps, so they are in
+:mod:`ringcast.endpoint` (``WriterEndpoint._clear_flags_and_publish``, ``ReaderEndpoint.ready``);
+F6W and F6N in :mod:`ringcast.waiting`:
 
 * F1 after the writer's claim loads: no payload store before the loads that showed every reader
   done. Redundant in the relaxed model (it honours control dependencies, as Arm hardware does);
@@ -39,7 +42,7 @@ from . import steps as _steps
 from .atomics import address_of, fence
 from .errors import ClosedError, HandleError
 from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
-from .shm import SHM_DIR, Segment, process_alive, process_start_time
+from .shm import Segment, process_alive, process_start_time
 
 __all__ = ["ShmRingBuffer", "RingWriter", "RingReader"]
 
@@ -57,14 +60,14 @@ class ShmRingBuffer:
     segment = None
     _closed = True
 
-    def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, shm_dir: str = SHM_DIR, kind: str = "auto") -> None:
+    def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, kind: str = "auto") -> None:
         layout = Layout(n_reader, max_chunk_bytes, max_chunks)
         self.layout = layout
         self.n_reader = n_reader
         self.max_chunk_bytes = max_chunk_bytes
         self.max_chunks = max_chunks
         if name is None:
-            self.segment = Segment.create(layout.total_bytes, kind=kind, shm_dir=shm_dir)
+            self.segment = Segment.create(layout.total_bytes, kind=kind)
             # fallocate'd tmpfs pages read as zero: every chunk starts in state 00..0 (writable).
             layout.write_header(self.segment.buf)
         else:

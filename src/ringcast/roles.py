@@ -1,29 +1,31 @@
 """The side a MessageQueue plays: its role and what it says about itself (:class:`QueueRole`, the
-queue's base class), what a writer or local reader says and does when a wait on the ring takes
-long (timeouts, dead peers, eviction, the long-wait log), its wait policy, and the statistics of
-a side.
+queue's base class), the side object that receives frames and observes its endpoint (overflow
+I/O, timeouts, dead peers, the long-wait log), its wait policy, and the statistics of a side.
 
-A :class:`WriterSide` / :class:`ReaderSide` is made for the side's endpoint and installs itself as
-its ``on_timeout`` and ``on_idle`` callbacks (:mod:`ringcast.endpoint`); it takes the ring and the
-wait policy from the endpoint and holds the endpoint weakly, so a queue
-and its endpoint are freed as soon as the queue is dropped. A remote reader never waits on the
-ring and has no such object.
+Every queue side has one side object. A :class:`WriterSide` / :class:`ReaderSide` is the
+:class:`~ringcast.endpoint.Observer` its endpoint is given: it sends or receives the overflow
+payloads on the local socket, builds the errors of a wait and logs long waits; it takes no
+protocol action (the endpoint evicts dead readers:
+:meth:`~ringcast.endpoint.WriterEndpoint.evict_dead`).
+A remote reader never waits on the ring; its side only receives frames. No side refers to its
+MessageQueue, so a queue nobody closes is freed as soon as its last reference goes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 
+from . import channel
+from .endpoint import Observer
 from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, EvictedError, RingTimeoutError, RoleError
 from .identity import UNKNOWN_WHY, process_alive
 from .waiting import WaitPolicy
 
-__all__ = ["Role", "QueueRole", "QueueStatistics", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
+__all__ = ["Role", "QueueRole", "QueueStatistics", "Side", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
 
 logger = logging.getLogger("ringcast")
 
@@ -109,18 +111,21 @@ def wait_policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> W
     return WaitPolicy(spin, recheck_interval, warn_interval, tight)
 
 
-class _Side:
-    """What both local sides share: the ring, the endpoint (weakly), the long-wait log. Made for
-    an endpoint, it becomes that endpoint's ``on_timeout`` and ``on_idle``."""
+class Side(Observer):
+    """What every queue side has: its name (``role``: "writer", "local reader 0 (rank 1)"), the
+    counters and the cancel flag it shares with its queue, the receive of one multipart message
+    (:meth:`recv_frames`: the READY handshake, a remote reader's messages, overflow payloads),
+    and the long-wait log. Local sides are their endpoint's :class:`~ringcast.endpoint.Observer`;
+    a remote reader has this base (no ring). It refers to no MessageQueue (see Observer)."""
 
-    def __init__(self, role: str, endpoint) -> None:
+    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled: list, socket=None) -> None:
         self.role = role
-        self.buffer = endpoint.ring
-        self.policy = endpoint.waiter.policy
-        self._ep = weakref.proxy(endpoint)
+        self.policy = policy
+        self.counters = counters
+        self.cancelled = cancelled
+        self.socket = socket  # the local (overflow) socket: the writer sends on it, a local reader receives
         self.warned_at = 0.0
         self.quiet = False  # True during a wait that is expected to be long (vLLM's indefinite=True)
-        endpoint.on_timeout, endpoint.on_idle = self.timeout, self.idle
 
     @contextmanager
     def expected_long(self):
@@ -137,72 +142,99 @@ class _Side:
             self.warned_at = waited
             logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self.role, os.getpid(), waited, detail)
 
+    def check_cancelled(self, what: str) -> None:
+        if self.cancelled[0]:
+            raise Cancelled(f"{self.role} {what}: shutdown() was called")
 
-class WriterSide(_Side):
-    """The writer's diagnostics: which readers hold the chunk it waits for (by index and rank),
-    dead readers (raise, or evict with ``evict``)."""
+    def recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None, copy: bool = True) -> list:
+        """Receive one multipart message, honouring ``deadline`` (``time.monotonic()`` seconds),
+        shutdown and (local reader) a dead writer; ``copy=False``: ``zmq.Frame`` objects (see
+        :func:`ringcast.channel.recv_frames`)."""
 
-    def __init__(self, endpoint, local_reader_ranks: list[int], evict: bool) -> None:
-        super().__init__("writer", endpoint)
+        def on_timeout(waited: float) -> RingTimeoutError:
+            self.counters.timeouts += 1
+            return RingTimeoutError(f"{self.role} timed out after {waited:.3f}s (timeout={timeout}s) {what}")
+
+        return channel.recv_frames(sock, deadline, lambda: self.check_cancelled(what), lambda: self.poll_idle(what), on_timeout, copy)
+
+    def poll_idle(self, what: str) -> None:
+        """After each poll slice of :meth:`recv_frames` that brought nothing (may raise)."""
+
+
+class WriterSide(Side):
+    """The writer's observer: sends overflow payloads; names the readers that hold the chunk it
+    waits for (by index and rank), builds the error for dead ones and logs their eviction (the
+    endpoint decides which: ``WriterEndpoint(evict_dead_readers=...)``)."""
+
+    def __init__(self, policy: WaitPolicy, counters, cancelled: list, socket, local_reader_ranks: list[int]) -> None:
+        super().__init__("writer", policy, counters, cancelled, socket)
         self.local_reader_ranks = local_reader_ranks
-        self.evict = evict
-        self.evictions = 0
 
-    def slot_detail(self) -> str:
-        ep = self._ep
+    def send_overflow(self, frames) -> None:
+        self.socket.send_multipart(frames, copy=True)  # copied now: buffers may alias the caller's objects
+
+    def slot_detail(self, ep) -> str:
         unread = ep.unread_readers()
         ranks = [self.local_reader_ranks[r] for r in unread]
-        return f"slot {ep.index} flags {self.buffer.flags(ep.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
+        return f"slot {ep.index} flags {ep.ring.flags(ep.index).hex()}, not yet read by local readers {unread} (ranks {ranks})"
 
-    def timeout(self, waited: float) -> RingTimeoutError:
+    def timeout_error(self, ep, waited: float) -> RingTimeoutError:
         return RingTimeoutError(
-            f"writer timed out after {waited:.3f}s waiting for {self.slot_detail()}; a reader is slow, "
+            f"writer timed out after {waited:.3f}s waiting for {self.slot_detail(ep)}; a reader is slow, "
             "stuck or not calling dequeue(): find it by rank, or raise the timeout"
         )
 
-    def idle(self, waited: float) -> None:
-        ep = self._ep
-        dead, unknown = self.buffer.reader_liveness(ep.unread_readers())
-        if dead:
-            names = ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
-            if not self.evict:
-                raise DeadReaderError(
-                    f"writer waited {waited:.3f}s for slot {ep.index}, which {names} will never release: the process is "
-                    "dead. Restart the group (a dead reader also misses every message from here on), or construct "
-                    "the queue with evict_dead_readers=True to go on without it"
-                )
-            for r, _pid in dead:
-                ep.evict(r)
-                self.evictions += 1
-            logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), names, ep.index)
-        detail = self.slot_detail()
+    def _names(self, dead: list) -> str:
+        return ", ".join(f"local reader {r} (rank {self.local_reader_ranks[r]}, pid {pid})" for r, pid in dead)
+
+    def dead_readers_error(self, ep, dead: list, waited: float) -> DeadReaderError:
+        return DeadReaderError(
+            f"writer waited {waited:.3f}s for slot {ep.index}, which {self._names(dead)} will never release: the process is "
+            "dead. Restart the group (a dead reader also misses every message from here on), or construct "
+            "the queue with evict_dead_readers=True to go on without it"
+        )
+
+    def evicted(self, ep, dead: list) -> None:
+        logger.warning("ringcast writer (pid %d) evicted %s: dead while slot %d waited for it", os.getpid(), self._names(dead), ep.index)
+
+    def long_wait(self, ep, waited: float, unknown: list) -> None:
+        detail = self.slot_detail(ep)
         if unknown:  # never judged dead: retried at every timed wake
             detail += f"; cannot tell whether local readers {[r for r, _ in unknown]} (pids {[p for _, p in unknown]}) are alive: {UNKNOWN_WHY}"
         self.log_long_wait(waited, detail)
 
 
-class ReaderSide(_Side):
-    """A local reader's diagnostics: evicted by the writer, a dead writer, the chunk it waits for."""
+class ReaderSide(Side):
+    """A local reader's observer: receives overflow payloads; evicted by the writer, a dead
+    writer, the chunk it waits for."""
 
-    def __init__(self, role: str, endpoint) -> None:
-        super().__init__(role, endpoint)
-        self.r = endpoint.r
+    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled: list, socket, ring) -> None:
+        super().__init__(role, policy, counters, cancelled, socket)
+        self.buffer = ring
 
-    def timeout(self, waited: float) -> RingTimeoutError:
-        i = self._ep.index
+    def recv_overflow(self, deadline: float | None, timeout: float | None) -> list:
+        return self.recv_frames(self.socket, deadline, "waiting for an overflow payload", timeout, False)
+
+    def poll_idle(self, what: str) -> None:
+        self.check_writer_alive(what)
+
+    def timeout_error(self, ep, waited: float) -> RingTimeoutError:
+        i = ep.index
         return RingTimeoutError(
             f"{self.role} timed out after {waited:.3f}s waiting for slot {i} "
             f"(flags {self.buffer.flags(i).hex()}): the writer has not published it; is it alive and enqueueing?"
         )
 
-    def idle(self, waited: float) -> None:
-        if self.buffer.reader_evicted(self.r):
+    def check_writer(self, ep, waited: float) -> None:
+        if self.buffer.reader_evicted(ep.r):
             raise EvictedError(
                 f"{self.role} (pid {os.getpid()}) was evicted by the writer, which judged this process dead "
                 "(a PID namespace the writer cannot see into, or a stale pid): it receives nothing more; rejoin a new queue"
             )
-        i = self._ep.index
-        self.check_writer_alive(f"waited {waited:.3f}s for slot {i}")
+        self.check_writer_alive(f"waited {waited:.3f}s for slot {ep.index}")
+
+    def long_wait(self, ep, waited: float, unknown: list) -> None:
+        i = ep.index
         self.log_long_wait(waited, f"slot {i} flags {self.buffer.flags(i).hex()}")
 
     def check_writer_alive(self, what: str) -> None:
@@ -274,9 +306,6 @@ class QueueRole:
             return f"local reader {self.local_reader_rank} (rank {self._rank})"
         return f"remote reader (rank {self._rank})"
 
-    def _slot(self) -> int:
-        return self._endpoint.index if self._endpoint is not None else -1
-
     @property
     def current_idx(self) -> int:
         """The chunk this side writes or reads next (vLLM's attribute; -1 for a remote reader)."""
@@ -295,8 +324,7 @@ class QueueRole:
             raise RoleError(f"{op}() is for readers, but this MessageQueue is the writer; the writer calls enqueue()")
 
     def _check_cancelled(self, what: str) -> None:
-        if self._cancelled[0]:
-            raise Cancelled(f"{self._role()} {what}: shutdown() was called")
+        self._side.check_cancelled(what)
 
     def statistics(self) -> QueueStatistics:
         """A snapshot of this side's counters (:class:`QueueStatistics`)."""
@@ -312,7 +340,7 @@ class QueueRole:
             wakeups=c.wakeups,
             recheck_hits=c.recheck_hits,
             timeouts=c.timeouts,
-            evictions=self._side.evictions if isinstance(self._side, WriterSide) else 0,
+            evictions=c.evictions,
             **(a.statistics() if (a := self._arena or self._unpickler.arena) else {}),
         )
 

@@ -209,19 +209,17 @@ class Segment:
         raise TypeError("use Segment.create(size) or Segment.attach(locator)")
 
     @classmethod
-    def create(
-        cls, size: int, *, kind: str = "posix", prefix: str = NAME_PREFIX, shm_dir: str = SHM_DIR, register: bool = True
-    ) -> "Segment":
+    def create(cls, size: int, *, kind: str = "posix", register: bool = True) -> "Segment":
         """A new zero-filled segment of ``size`` bytes, its pages reserved. ``kind`` is "memfd",
-        "posix" or "auto" (memfd where :func:`memfd_available`, else posix); ``prefix``,
-        ``shm_dir`` and ``register`` (with the resource tracker) apply to posix only."""
+        "posix" or "auto" (memfd where :func:`memfd_available`, else posix); ``register`` (with
+        the resource tracker) applies to posix only."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if not _is_int(size, 1):
             raise ValueError(f"segment size must be a positive int, got {size!r}")
         memfd = kind != "posix" and memfd_available()
         if kind == "posix" or (kind == "auto" and not memfd):
-            return cls._create_posix(size, prefix, shm_dir, register)
+            return cls._create_posix(size, register)
         if not memfd:
             raise OSError(errno.ENOSYS, "kind='memfd' needs Linux memfd_create with sealing and a mounted /proc; use kind='posix'")
         try:
@@ -231,7 +229,7 @@ class Segment:
         except OSError as e:  # a sandbox may forbid memfd_create (seccomp): auto falls back
             if kind == "memfd" or e.errno not in _NO_MEMFD:
                 raise
-        return cls._create_posix(size, prefix, shm_dir, register)
+        return cls._create_posix(size, register)
 
     @classmethod
     def _create_memfd(cls, size: int) -> "Segment":
@@ -269,12 +267,12 @@ class Segment:
         return self
 
     @classmethod
-    def _create_posix(cls, size: int, prefix: str, shm_dir: str, register: bool) -> "Segment":
+    def _create_posix(cls, size: int, register: bool) -> "Segment":
         if _posixshmem is None:  # pragma: no cover
             raise OSError("POSIX shared memory is not available on this platform")
-        free = shm_free_bytes(shm_dir)
+        free = shm_free_bytes()
         if free is not None and free < size:
-            raise _space_error(size, free, shm_dir)
+            raise _space_error(size, free, SHM_DIR)
         self = object.__new__(cls)
         if register:  # start the tracker first: registering right after shm_open is then a pipe write
             from multiprocessing import resource_tracker
@@ -282,7 +280,7 @@ class Segment:
             resource_tracker.ensure_running()
         # Unguessable name, with our pid to help a human reading /dev/shm.
         for _ in range(8):
-            name = f"{prefix}{os.getpid()}_{secrets.token_hex(8)}"
+            name = f"{NAME_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
             try:
                 fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
             except FileExistsError:  # pragma: no cover - 64 random bits
@@ -299,7 +297,7 @@ class Segment:
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EFBIG):
-                    raise _space_error(size, shm_free_bytes(shm_dir), shm_dir) from e
+                    raise _space_error(size, shm_free_bytes(), SHM_DIR) from e
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # some filesystems lack fallocate
                     raise
                 os.ftruncate(fd, size)

@@ -107,10 +107,11 @@ class WaitPolicy:
 class Counters:
     """Mutable counters of one queue side (snapshotted by ``MessageQueue.statistics()``)."""
 
-    __slots__ = ("waits", "spins", "parks", "wakeups", "recheck_hits", "timeouts")
+    __slots__ = ("waits", "spins", "parks", "wakeups", "recheck_hits", "timeouts", "evictions")
 
     def __init__(self) -> None:
         self.waits = self.spins = self.parks = self.wakeups = self.recheck_hits = self.timeouts = 0
+        self.evictions = 0  # dead readers the writer evicted while it waited (endpoint.WriterEndpoint.evict_dead)
 
 
 class EventCount:

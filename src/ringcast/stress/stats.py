@@ -15,7 +15,7 @@ import math
 import resource
 import time
 
-__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_ns", "fmt_bytes", "fmt_rate"]
+__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_bytes", "fmt_rate"]
 
 _GROWTH = 1.01
 _K = 1.0 / math.log(_GROWTH)
@@ -127,18 +127,6 @@ def median(xs):
     if not n:
         return None
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
-def fmt_ns(ns) -> str:
-    if ns is None:
-        return "-"
-    if ns < 1e3:
-        return f"{ns:.0f} ns"
-    if ns < 1e6:
-        return f"{ns / 1e3:.1f} us"
-    if ns < 1e9:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e9:.2f} s"
 
 
 def fmt_bytes(n) -> str:
