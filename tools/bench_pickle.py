@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ringcast.bench.cases import make_payload  # noqa: E402
-from ringcast.pickling import PartsPickler, loads_parts  # noqa: E402
+from ringcast.pickling import PartsPickler  # noqa: E402
 
 
 def _median_us(xs: list[int]) -> float:
@@ -111,7 +111,7 @@ def cmd_serialize(args) -> None:
                 off += r.nbytes
 
         def loads():
-            loads_parts(chunk[1 : 1 + len(main)], [bytearray(b.raw()) for b in bufs])
+            pickle.loads(chunk[1 : 1 + len(main)], buffers=[bytearray(b.raw()) for b in bufs])  # in place, as the queue reads
 
         variants["memcpy (pickle+buffers)"] = memcpy
         chunk[1 : 1 + len(main)] = main
