@@ -122,7 +122,7 @@ def test_memcpy_baseline_copies_the_pickled_message():
 
 
 def test_payloads_larger_than_a_transports_capacity_are_skipped():
-    """The floor's mailbox holds 4 MiB: a case above it is skipped, not an error that drops the
+    """The floor's slots hold 2 MiB: a case above it is skipped, not an error that drops the
     floor for every later case (it used to: 'mmap slice assignment is wrong size')."""
     from ringcast.bench import runner
     from ringcast.bench.transports import make_writer

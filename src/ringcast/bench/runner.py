@@ -24,6 +24,7 @@ import traceback
 
 from ..stress.stats import median
 from .cases import Case, make_payload
+from .heap import minor_faults, warm_allocator
 from .transports import make_writer, open_reader
 
 __all__ = ["run_bench", "bench_reader_main"]
@@ -35,6 +36,7 @@ def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
     """Entry point of a benchmark reader process."""
     close = None
     try:
+        warm_allocator()  # the same allocator state in every bench process (see .heap)
         recv, close = open_reader(name, info, index)
         mono_ns = time.monotonic_ns
         lat: list[int] = []
@@ -104,13 +106,6 @@ def _run_only(groups: dict, g: "_Group | None") -> None:
             other.pause(True)
     if g is not None:
         g.pause(False)
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
 
 
 class _Group:
@@ -191,12 +186,15 @@ class _Group:
         self._wait_acks(self.seq, deadline)
         t0 = mono_ns()
         enq: list[int] = []
+        flt: list[int] = []
         if case.mode == "hot":
             for _ in range(case.count):
                 self.seq += 1
+                f0 = minor_faults()
                 t = mono_ns()
                 send(("d", self.seq, t, payload))
                 enq.append(mono_ns() - t)  # the writer's time in send (enqueue)
+                flt.append(minor_faults() - f0)  # the allocator's state shows here (see .heap)
                 self._wait_acks(self.seq, deadline)
         elif case.mode == "idle":
             for _ in range(case.count):
@@ -227,6 +225,7 @@ class _Group:
             out.update(_lat_stats([x for r in res for x in r["lat"]]))
             if enq:
                 out["enqueue_p50_us"] = _lat_stats(enq)["p50_us"]
+                out["enqueue_faults_mean"] = sum(flt) / len(flt)
         elif case.mode == "flood":
             last = max(r["t_last"] or t0 for r in res)
             if any(r["count"] != case.count for r in res):
@@ -294,7 +293,7 @@ def _memcpy_batch(case: Case, payload) -> dict:
 
 
 _BASELINES = {"pickle": _pickle_batch, "memcpy": _memcpy_batch}
-_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "enqueue_faults_mean", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
 
 
 def run_bench(
@@ -311,6 +310,10 @@ def run_bench(
     (:func:`.transports.load_message_queue_class`; None: an installed vLLM)."""
     import platform
 
+    # glibc's mmap threshold follows the largest chunk this process freed so far: without this the
+    # writer's state depended on the bench's own history (vLLM's dict1m enqueue then mapped and
+    # faulted 1.1 MiB per message, ~4x its time elsewhere). See .heap and docs/performance.md.
+    warm_allocator()
     ctx = mp.get_context("spawn")
     names = [n for n in ("ringcast", "arena", "vllm", "zmq", "pipe", "torch", "floor") if n in impls]
     raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
@@ -328,8 +331,6 @@ def run_bench(
         groups: dict[str, _Group] = {}
         try:
             for name in names:
-                if name == "floor" and n + 1 > _cpus():
-                    continue  # see transports.py: a floor only where every process has a CPU
                 say(f"starting {name} with {n} reader(s)")
                 _run_only(groups, None)
                 try:

@@ -19,14 +19,11 @@ way an application would use it):
   from the loader named by ``ringcast bench --vllm-loader`` (:func:`load_message_queue_class`: a
   Python file or module that provides ``MessageQueue`` or ``load_vllm_shm_broadcast()``, such as
   ``../shared/peers/vllm_peer.py``); never a dependency. It runs with its own defaults.
-* ``floor``    - not a transport anyone should use: the least a Python shared-memory broadcast
-  can cost. One slot, an 8-byte sequence word and one ack word per reader, both sides
-  busy-spinning without yielding, no fences, no waiting policy, no overflow: pickle, one
-  copy in, one ``pickle.loads`` out. It answers "how close to pickle can pure Python get?".
-  It only runs where the writer and every reader can each have a CPU (busy-spinning readers on
-  shared cores measure the scheduler, not a floor), and its readers nap after ~20 ms without a
-  message so that they do not slow down the transports measured between its batches. Its
-  mailbox holds 4 MiB (``capacity``): larger payloads (``tensor64m``) are not run on it.
+* ``floor``    - not a transport anyone should use: the least a shared-memory broadcast of a
+  Python object can cost (:mod:`.floor`): ringcast's serialisation, one copy into one of 10 rotating
+  slots, one ``pickle.loads`` out, one sequence word and one ack word per reader, no protocol.
+  Slots of 2 MiB (``capacity``): ``tensor64m`` is not run on it (``python -m
+  ringcast.bench.harness`` has a 64 MiB floor beside the tensor arena).
 
 A writer's ``capacity`` (bytes of ``pickle.dumps`` of a message; None: no limit) is the largest
 message it takes; the runner skips cases above it.
@@ -303,82 +300,34 @@ class _TorchWriter:
             pass
 
 
-_FLOOR_CAP = 4 << 20  # payload capacity of the floor mailbox (the 1 MiB cases fit)
+_FLOOR_SLOT = 2 << 20  # bytes per floor slot (the 1 MiB cases fit; tensor64m is skipped)
 
 
 class _FloorWriter:
+    """:class:`.floor.FloorWriter`: 10 slots of 2 MiB, like ringcast's 10 chunks."""
+
     name = "floor"
-    capacity = _FLOOR_CAP
+    capacity = _FLOOR_SLOT - 4096  # headroom for the parts' framing
 
     def prepare(self, n: int):
-        from ..shm import Segment
+        from .floor import FloorWriter
 
-        self.n = n
-        self.seg = Segment.create(8 * (2 + n) + _FLOOR_CAP, kind="auto")
-        self.words = memoryview(self.seg.buf).cast("Q")  # [seq, length, ack_0 .. ack_{n-1}]
-        self.seq = 0
-        return self.seg.name
+        self.w = FloorWriter(n, _FLOOR_SLOT, 10)
+        return self.w.handle()
 
     def reader_info(self, info, i):
         return info
 
     def connect(self) -> None:
-        deadline = time.monotonic() + _READY_TIMEOUT
-        while any(self.words[2 + i] != 1 for i in range(self.n)):  # each reader says hello
-            if time.monotonic() > deadline:
-                raise TimeoutError("floor: readers did not attach")
-            time.sleep(0.001)
-        for i in range(self.n):
-            self.words[2 + i] = 0
+        self.w.wait_attached(_READY_TIMEOUT)
 
     def send(self, obj) -> None:
-        data = pickle.dumps(obj, protocol=5)
-        words, seq, hdr = self.words, self.seq, 8 * (2 + self.n)
-        for i in range(2, 2 + self.n):
-            while words[i] != seq:
-                pass
-        self.seg.buf[hdr : hdr + len(data)] = data
-        words[1] = len(data)
-        self.seq = seq + 1
-        words[0] = seq + 1
+        self.w.send(obj)
 
     def close(self) -> None:
-        if getattr(self, "seg", None) is not None:
-            self.words.release()
-            self.seg.close()
-            self.seg.unlink()
-            self.seg = None
-
-
-def _open_floor_reader(name: str, index: int, n_hint=None):
-    from ..shm import Segment
-
-    seg = Segment.attach(name)
-    words = memoryview(seg.buf).cast("Q")
-    n = (len(seg.buf) - _FLOOR_CAP) // 8 - 2
-    hdr = 8 * (2 + n)
-    view = memoryview(seg.buf)
-    words[2 + index] = 1
-    state = {"seen": 0}
-
-    def recv():
-        seen = state["seen"]
-        spins = 0
-        while words[0] == seen:
-            spins += 1
-            if spins > 200_000:  # ~20-40 ms without a message: between batches. Nap, so an idle
-                time.sleep(0.0005)  # floor reader does not steal the CPUs the others are measured on
-        obj = pickle.loads(view[hdr : hdr + words[1]])
-        state["seen"] = seen + 1
-        words[2 + index] = seen + 1
-        return obj
-
-    def close():
-        words.release()
-        view.release()
-        seg.close()
-
-    return recv, close
+        if getattr(self, "w", None) is not None:
+            self.w.close()
+            self.w = None
 
 
 TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _ArenaWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter,
@@ -426,7 +375,10 @@ def open_reader(name: str, info, index: int):
             mq.wait_until_ready()
         return mq.dequeue, getattr(mq, "close", lambda: None)
     if name == "floor":
-        return _open_floor_reader(info, index)
+        from .floor import FloorReader
+
+        r = FloorReader(*info, index)
+        return r.recv, r.close
     if name == "zmq":
         import zmq
 

@@ -1,0 +1,328 @@
+"""A second benchmark harness, independent of ``ringcast bench``'s runner (docs/performance.md).
+
+    python -m ringcast.bench.harness --vllm-loader ../shared/peers/vllm_peer.py --out h.json
+
+For each reader count, each implementation gets its own writer process (spawned, clean: it runs
+nothing but that implementation), and that writer spawns its readers. The main process only
+orchestrates: for each of ``repeats`` repeats and each payload it asks every writer in turn
+(alternating order) for one batch. In a batch the writer sends ``("d", seq, t_send_ns, payload)``
+(the bench's message) after 10 unmeasured ones that touch every chunk, each reader stamps ``time.monotonic_ns()`` after ``dequeue`` returned and
+writes 1 to an eventfd, and the writer blocks on the eventfd until every reader has acknowledged
+before it sends the next message. Reported per batch: one-way p50 over all readers, the writer's
+``enqueue`` p50, and the writer's minor page faults per ``enqueue`` (``getrusage``). Per case: the
+median over repeats, and ratios of those medians.
+
+Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same with a tensor arena
+of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
+``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
+``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+
+from ..stress.stats import median
+from .heap import apply_heap, minor_faults
+
+__all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
+
+IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena")
+#: messages per batch
+COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8}
+_ARENA = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
+_TIMEOUT = 120.0
+#: unmeasured messages at the start of each batch: one per chunk (10 for ringcast and vLLM)
+_WARM = {"tensor64m": 4}
+_VLLM_BUSY_S = 1.1  # vLLM's readers spin for 1 s (SpinCondition.busy_loop_s) after their last read
+
+
+def applies(impl: str, payload: str) -> bool:
+    """The 64 MiB tensor runs on the arena (and its floor) only; the rest on the others."""
+    if impl in ("arena", "floor-arena"):
+        return payload == "tensor64m"
+    if impl in ("ringcast", "floor"):
+        return payload != "tensor64m"
+    return True
+
+
+def _open_writer(impl: str, n: int, loader):
+    """``(send, reader_info, connect, close)`` of ``impl``'s writer."""
+    if impl in ("floor", "floor-arena"):
+        from .floor import FloorWriter
+
+        w = FloorWriter(n, 72 << 20, 3) if impl == "floor-arena" else FloorWriter(n, 2 << 20, 10)
+        return w.send, w.handle(), w.wait_attached, w.close
+    if impl == "vllm":
+        from .transports import load_message_queue_class
+
+        mq = load_message_queue_class(loader)(n, n)
+        return mq.enqueue, pickle.dumps(mq.export_handle()), mq.wait_until_ready, getattr(mq, "close", lambda: None)
+    from ..queue import MessageQueue
+
+    mq = MessageQueue(n, n, warn_interval=3600.0, **(_ARENA if impl == "arena" else {}))
+    return mq.enqueue, mq.export_handle(), lambda: mq.wait_until_ready(timeout=_TIMEOUT), mq.close
+
+
+def _open_reader(impl: str, info, index: int, loader):
+    """``(recv, close)`` of reader ``index``; returns once attached."""
+    if impl in ("floor", "floor-arena"):
+        from .floor import FloorReader
+
+        r = FloorReader(*info, index, view=impl == "floor-arena")
+        return r.recv, r.close
+    if impl == "vllm":
+        from .transports import load_message_queue_class
+
+        mq = load_message_queue_class(loader).create_from_handle(pickle.loads(info), index)
+        mq.wait_until_ready()
+        return mq.dequeue, getattr(mq, "close", lambda: None)
+    from ..queue import MessageQueue
+
+    mq = MessageQueue.create_from_handle(info, index, warn_interval=3600.0)
+    mq.wait_until_ready(timeout=_TIMEOUT)
+    return mq.dequeue, mq.close
+
+
+def _reader_main(impl, info, index, efd_dup, conn, loader, heap) -> None:
+    efd = efd_dup.detach()
+    apply_heap(heap)
+    recv, close = _open_reader(impl, info, index, loader)
+    mono, ack = time.monotonic_ns, os.eventfd_write
+    lat: list[int] = []
+    try:
+        while True:
+            m = recv()
+            t = mono()
+            k = m[0]
+            if k == "d":
+                lat.append(t - m[2])
+            elif k == "begin":
+                lat = []
+            elif k == "end":
+                conn.send(lat)
+                continue
+            elif k == "stop":
+                break
+            del m
+            ack(efd, 1)
+    finally:
+        close()
+        conn.close()
+
+
+def _wait_acks(efd: int, n: int, procs) -> None:
+    got = 0
+    while got < n:
+        if not select.select([efd], [], [], _TIMEOUT)[0]:
+            dead = [p.name for p in procs if not p.is_alive()]
+            raise TimeoutError(f"harness: {n - got} of {n} readers did not acknowledge in {_TIMEOUT:.0f} s (dead: {dead})")
+        got += os.eventfd_read(efd)
+
+
+def _p50(xs: list) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def _writer_main(impl: str, n: int, conn, loader, heap: str) -> None:
+    from multiprocessing.reduction import DupFd
+
+    from .cases import make_payload
+
+    apply_heap(heap)
+    ctx = mp.get_context("spawn")
+    efd = os.eventfd(0)
+    send, info, connect, close = _open_writer(impl, n, loader)
+    procs, conns = [], []
+    payloads: dict = {}
+    try:
+        for i in range(n):
+            r, w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_reader_main, args=(impl, info, i, DupFd(efd), w, loader, heap), name=f"harness-{impl}-r{i}", daemon=True)
+            p.start()
+            w.close()
+            procs.append(p)
+            conns.append(r)
+        connect()
+        conn.send({"ready": impl})
+        mono = time.monotonic_ns
+        while True:
+            cmd = conn.recv()
+            if cmd[0] == "stop":
+                break
+            _, name, count = cmd
+            payload = payloads.get(name)
+            if payload is None:
+                payload = payloads[name] = make_payload(name)
+            send(("begin",))
+            _wait_acks(efd, n, procs)
+            for _ in range(_WARM.get(name, 10)):  # every chunk/slot touched once: measure the steady state
+                send(("w", 0, 0, payload))
+                _wait_acks(efd, n, procs)
+            enq, flt = [], []
+            for seq in range(count):
+                f0 = minor_faults()
+                t = mono()
+                send(("d", seq, t, payload))
+                t1 = mono()
+                flt.append(minor_faults() - f0)
+                enq.append(t1 - t)
+                _wait_acks(efd, n, procs)
+            send(("end",))
+            lat = []
+            for c in conns:
+                if not c.poll(_TIMEOUT):
+                    raise TimeoutError(f"harness: a {impl} reader sent no result")
+                lat.extend(c.recv())
+            conn.send({"p50_us": _p50(lat) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt), "faults_mean": sum(flt) / len(flt)})
+    except BaseException as e:
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+    finally:
+        try:
+            send(("stop",))
+        except Exception:
+            pass
+        for p in procs:
+            p.join(10.0)
+            if p.is_alive():
+                p.kill()
+                p.join(2.0)
+        close()
+        os.close(efd)
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", progress=True) -> dict:
+    """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc."""
+    ctx = mp.get_context("spawn")
+    if loader is not None:
+        loader = os.path.abspath(loader) if os.path.isfile(loader) else loader
+    impls = [i for i in impls if i != "vllm" or loader is not None]
+    raw: dict = {}
+    loads: list = []
+    t0 = time.monotonic()
+
+    def say(msg):
+        if progress:
+            print(f"[{time.monotonic() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    for n in readers:
+        live = [i for i in impls if any(applies(i, p) for p in payloads)]
+        writers: dict = {}
+        try:
+            for impl in live:
+                a, b = ctx.Pipe()
+                p = ctx.Process(target=_writer_main, args=(impl, n, b, loader, heap), name=f"harness-{impl}-w")  # not a daemon: it starts its readers
+                p.start()
+                b.close()
+                writers[impl] = (p, a)
+                if not a.poll(_TIMEOUT):
+                    raise TimeoutError(f"harness: the {impl} writer did not start")
+                r = a.recv()
+                if "error" in r:
+                    raise RuntimeError(f"harness: {impl} with {n} readers: {r['error']}")
+            say(f"{n} reader(s): writers {', '.join(writers)} ready; load average {_load()}")
+            loads.append({"readers": n, "when": "start", "loadavg": _load()})
+            for rep in range(repeats):
+                for ci, name in enumerate(payloads):
+                    order = [i for i in live if applies(i, name)]
+                    if (rep + ci) % 2:
+                        order.reverse()
+                    for impl in order:
+                        count = max(5, int(COUNTS[name] * scale))
+                        p, a = writers[impl]
+                        a.send(("run", name, count))
+                        if not a.poll(_TIMEOUT * 2):
+                            raise TimeoutError(f"harness: {impl} {name} {n}r gave no result")
+                        r = a.recv()
+                        if "error" in r:
+                            raise RuntimeError(f"harness: {impl} {name} {n}r: {r['error']}")
+                        raw.setdefault(f"{name}/{n}r", {}).setdefault(impl, []).append(r)
+                        if impl == "vllm":
+                            time.sleep(_VLLM_BUSY_S)  # let its readers stop spinning first
+                say(f"{n} reader(s): repeat {rep + 1}/{repeats} done; load average {_load()}")
+            loads.append({"readers": n, "when": "end", "loadavg": _load()})
+        finally:
+            for p, a in writers.values():
+                try:
+                    a.send(("stop",))
+                except OSError:
+                    pass
+            for p, a in writers.values():
+                p.join(30.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5.0)
+                a.close()
+    try:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        uptime = None
+    return {"heap": heap, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
+            "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
+
+
+def summarize(raw: dict) -> dict:
+    """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
+    over the floor (or floor-arena), of those medians."""
+    out: dict = {}
+    for case, per in raw.items():
+        s = {impl: {k: median([r[k] for r in rs]) for k in ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean")} for impl, rs in per.items()}
+        rc = s.get("ringcast") or s.get("arena")
+        fl = s.get("floor") or s.get("floor-arena")
+        ratios = {}
+        if rc and "vllm" in s:
+            ratios["rc/vllm"] = rc["p50_us"] / s["vllm"]["p50_us"]
+        if rc and fl:
+            ratios["rc/floor"] = rc["p50_us"] / fl["p50_us"]
+        out[case] = {"impls": s, "ratios": ratios}
+    return out
+
+
+def table(result: dict) -> str:
+    """A markdown table of :func:`summarize`'s output."""
+    head = "| case | impl | one-way p50 us | enqueue p50 us | writer faults/msg (p50, mean) | ringcast / vLLM | ringcast / floor |"
+    lines = [head, "|" + "---|" * 7]
+    for case, st in result["summary"].items():
+        for k, (impl, v) in enumerate(st["impls"].items()):
+            rat = st["ratios"] if k == 0 else {}
+            r1 = f"{rat['rc/vllm']:.2f}" if "rc/vllm" in rat else ""
+            r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
+            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {r1} | {r2} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ringcast.bench.harness", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--payload", action="append", choices=list(COUNTS), help="default: all")
+    ap.add_argument("--readers", action="append", type=int, help="default: 1 and 3")
+    ap.add_argument("--impl", action="append", choices=IMPLS, help="default: all (vllm only with --vllm-loader)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=1.0, help="messages per batch x this")
+    ap.add_argument("--heap", default="clean", choices=["clean", "warm", "torch"])
+    ap.add_argument("--vllm-loader")
+    ap.add_argument("--out", help="write the JSON result here")
+    a = ap.parse_args(argv)
+    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap)
+    print(table(res))
+    print(f"heap={res['heap']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
