@@ -36,7 +36,7 @@ OrderSendBeforeClear   == <<"clear_written", "payload", "send", "clear_flags", "
 \* a marker before it receives the payload over the socket.
 Cap == IF Big = {} THEN N ELSE N + 1
 \* Readers that cannot die; the others leave the abstract service.
-Survivors == Readers \ CrashSet
+Survivors == Readers \ (CrashSet \cup FalseSuspect \cup CloseSet)
 
 BC == INSTANCE Broadcast WITH Readers <- Readers, M <- M, Cap <- Cap,
                                log <- sent, got <- recv

@@ -20,7 +20,12 @@
 (*   - the two eventcounts of the parking protocol (Parking, Recheck,      *)
 (*     F6W, F6N),                                                          *)
 (*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag),        *)
-(*   - an exception ending the writer's enqueue mid-message (Abort).       *)
+(*   - an exception ending the writer's enqueue mid-message (Abort),       *)
+(*   - the tensor arena's slots (S, AFP, AF5, CloseSet; arena.py): a       *)
+(*     message's payload names the slot its buffer was copied into,       *)
+(*   - the timed wake of a parked side (Timed) and a live reader judged    *)
+(*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
+(*     before it returns a copy, a proposed change of endpoint.py).        *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -45,16 +50,29 @@ CONSTANTS
     CrashSet,       \* readers that may die (SIGKILL) at any step
     Evict,          \* the writer evicts a dead reader it waits for
     EvictSkipsFlag, \* after eviction the writer no longer clears its flag
-    Abort           \* an exception may end the writer's enqueue mid-message:
+    Abort,          \* an exception may end the writer's enqueue mid-message:
                     \*   "none" | "code" (endpoint.py's rule: drop the message
                     \*   only while nothing of it left the process, else
                     \*   finish it) | "drop" (always drop it: the old code)
+    S,              \* tensor arena slots (0: no arena); every message has one
+                    \*   large buffer, placed in a free slot or sent inline
+    AFP, AF5,       \* arena fences: before the slot's written := 1
+                    \*   (ArenaPublish), before released_r := 1 (ArenaRelease)
+    CloseSet,       \* readers that may close their queue (ArenaReader.close)
+                    \*   between messages and then read no more
+    Timed,          \* with Parking: a sleep may end by its recheck_interval
+                    \*   cap (ParkTimeout), no wake needed
+    FalseSuspect,   \* live readers the writer's liveness check may judge
+                    \*   dead (another PID namespace): evicted while alive
+    EvictCheck      \* a reader loads its evicted word after the copy and
+                    \*   drops the copy if set (not in the code: proposed)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
 Wr      == NR                   \* process id of the writer
 Procs   == 0 .. NR              \* readers and the writer
 Msgs    == 1 .. M
+Slots   == 1 .. S
 Steps   == {"clear_written", "payload", "clear_flags", "publish", "send"}
 
 ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
@@ -68,13 +86,20 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
                     F4, F5, F6W, F6N, F7, Parking, Recheck, Spin, Evict,
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
-       /\ (CrashSet # {} \/ Evict) => MM = "SC" /\ ~Parking
+       /\ (CrashSet # {} \/ Evict) => MM = "SC"
        /\ Abort \in {"none", "code", "drop"}
+       /\ S \in Nat /\ (S > 0 => Abort = "none" /\ Big = {})
+       /\ \A b \in {AFP, AF5, Timed, EvictCheck} : b \in BOOLEAN
+       /\ CloseSet \subseteq Readers
+       /\ FalseSuspect \subseteq Readers /\ (FalseSuspect # {} => Evict)
 
 (* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
 WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
 RAddr(c, r) == <<"R", c, r>>      \* read byte of reader r in chunk c
 DAddr(c)    == <<"D", c, -1>>     \* payload of chunk c
+AWAddr(s)   == <<"AW", s, -1>>    \* arena: written byte of slot s
+ARAddr(s, r) == <<"AR", s, r>>    \* arena: released byte of reader r in slot s
+ADAddr(s)   == <<"AD", s, -1>>    \* arena: the bytes of slot s
 
 (* Payload values: 0 = zero-filled memory, m = message m, -m = message m   *)
 (* half written (torn).  Byte 0 of a payload is the overflow marker, which *)
@@ -116,17 +141,35 @@ VARIABLES
                \*   ReaderLoadReadFlag) are ParkRecheck's loads, as in the code
     alive,     \* [Readers -> BOOLEAN] the reader's process exists
     evicted,   \* SUBSET Readers: readers the writer has evicted
-    dropped    \* SUBSET Msgs: messages whose enqueue an exception ended
+    dropped,   \* SUBSET Msgs: messages whose enqueue an exception ended
                \*   before they were published (WriterAbort; no reader
                \*   may deliver them)
+    aw,        \* [Slots -> {0,1}]              memory: arena written bytes
+    arel,      \* [Slots -> [Readers -> {0,1}]] memory: arena released bytes
+    adata,     \* [Slots -> 0..M]               memory: the message a slot holds
+    aslot,     \* the slot the writer is filling (0: none)
+    mslot,     \* [Msgs -> 0..S] the slot message m's payload names (0: inline;
+               \*   set by ArenaPublish, before the chunk is written)
+    views,     \* [Readers -> SUBSET (Slots \X Msgs \X ViewSt)]: reader r's
+               \*   live views <<slot, message, state>>
+    vbad,      \* a view's read returned bytes of another message (history)
+    cp         \* [Readers -> Int] with EvictCheck: the value copied, not
+               \*   yet delivered (0: none)
 
-mem    == <<written, rflag, data>>
+amem   == <<aw, arel, adata>>
+mem    == <<written, rflag, data, amem>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
 evars  == <<waiters, moved, annc, rechk>>
 xvars  == <<alive, evicted, dropped>>
-vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars>>
+avars  == <<aslot, mslot, views, vbad, cp>>
+vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars, avars>>
+
+\* A view is "held" (alive, its bytes not read yet), "read" (read, not yet
+\* released) or "late" (RELAXED without AF5: its release store is issued
+\* while its read is still to be performed).
+ViewSt == {"held", "read", "late"}
 
 -----------------------------------------------------------------------------
 (***************************** memory model *******************************)
@@ -157,6 +200,9 @@ NEC(p) == IF p = Wr THEN "R" ELSE "W"
 MemVal(a) == CASE a[1] = "W" -> written[a[2]]
                [] a[1] = "R" -> rflag[a[2]][a[3]]
                [] a[1] = "D" -> data[a[2]]
+               [] a[1] = "AW" -> aw[a[2]]
+               [] a[1] = "AR" -> arel[a[2]][a[3]]
+               [] a[1] = "AD" -> adata[a[2]]
 
 Load(p, a) ==
     LET pend == SelectSeq(sb[p], LAMBDA e : e[1] = a)
@@ -173,22 +219,23 @@ WinAdd(c, v) ==
                    THEN win[r] \cup {v} ELSE win[r]]
     ELSE UNCHANGED win
 
-\* Apply a store to memory (primes written, rflag, data and win).
+\* Apply a store to memory (primes written, rflag, data, the arena's memory
+\* and win).
 Apply(a, v) ==
-    CASE a[1] = "W" -> /\ written' = [written EXCEPT ![a[2]] = v]
-                       /\ UNCHANGED <<rflag, data, win>>
-      [] a[1] = "R" -> /\ rflag' = [rflag EXCEPT ![a[2]][a[3]] = v]
-                       /\ UNCHANGED <<written, data, win>>
-      [] a[1] = "D" -> /\ data' = [data EXCEPT ![a[2]] = v]
-                       /\ WinAdd(a[2], v)
-                       /\ UNCHANGED <<written, rflag>>
+    /\ written' = IF a[1] = "W" THEN [written EXCEPT ![a[2]] = v] ELSE written
+    /\ rflag'   = IF a[1] = "R" THEN [rflag EXCEPT ![a[2]][a[3]] = v] ELSE rflag
+    /\ data'    = IF a[1] = "D" THEN [data EXCEPT ![a[2]] = v] ELSE data
+    /\ aw'      = IF a[1] = "AW" THEN [aw EXCEPT ![a[2]] = v] ELSE aw
+    /\ arel'    = IF a[1] = "AR" THEN [arel EXCEPT ![a[2]][a[3]] = v] ELSE arel
+    /\ adata'   = IF a[1] = "AD" THEN [adata EXCEPT ![a[2]] = v] ELSE adata
+    /\ IF a[1] = "D" THEN WinAdd(a[2], v) ELSE UNCHANGED win
 
 \* Process p stores v at a (primes written, rflag, data, win, sb).
 Store(p, a, v) ==
     IF MM = "SC"
     THEN Apply(a, v) /\ UNCHANGED sb
     ELSE /\ sb' = [sb EXCEPT ![p] = Append(@, <<a, v>>)]
-         /\ UNCHANGED <<written, rflag, data, win>>
+         /\ UNCHANGED <<written, rflag, data, amem, win>>
 
 RemoveAt(s, k) == SubSeq(s, 1, k - 1) \o SubSeq(s, k + 1, Len(s))
 
@@ -221,9 +268,12 @@ ReaderReady(r) == Load(r, WAddr(i[r])) = 1 /\ Load(r, RAddr(i[r], r)) = 0
 
 Ready(p) == IF p = Wr THEN Claimable ELSE ReaderReady(p)
 
+\* Where the writer starts a message: the arena's placement comes first.
+WTop == IF S > 0 THEN "a_claim" ELSE "claim"
+
 \* Where a process continues after parking / after notifying.
 LoopTop(p) == IF p = Wr THEN "claim" ELSE "load_w"
-AfterNotify(p) == IF p = Wr THEN (IF msg > M THEN "done" ELSE "claim")
+AfterNotify(p) == IF p = Wr THEN (IF msg > M THEN "done" ELSE WTop)
                   ELSE (IF mk[p] THEN "recv" ELSE "load_w")
 
 -----------------------------------------------------------------------------
@@ -248,7 +298,7 @@ WNextStep ==
          /\ w' = (w + 1) % N
          /\ msg' = msg + 1
          /\ pc' = [pc EXCEPT ![Wr] = IF Parking THEN "notify_load"
-                                     ELSE IF msg + 1 > M THEN "done" ELSE "claim"]
+                                     ELSE IF msg + 1 > M THEN "done" ELSE WTop]
 
 \* ring.py::RingWriter._writer_claim
 WriterClaim ==
@@ -299,7 +349,7 @@ WriterClearReadFlag ==
     /\ pc[Wr] = "clear_flags"
     /\ WFenceOK
     /\ IF EvictSkipsFlag /\ wr \in evicted        \* an evicted reader's flag
-       THEN UNCHANGED <<written, rflag, data, win, sb>>   \* stays 1
+       THEN UNCHANGED <<written, rflag, data, amem, win, sb>>   \* stays 1
        ELSE Store(Wr, RAddr(w, wr), 0)            \* one reader byte per step
     /\ IF wr + 1 < NR
        THEN wr' = wr + 1 /\ UNCHANGED <<pc, w, msg, wk>>
@@ -307,24 +357,34 @@ WriterClearReadFlag ==
     /\ UNCHANGED <<i, seen, mk, ncopied, hvars, fifo, evars>>
 
 \* The writer, waiting for chunk w, finds a reader dead (queue.py's dead-peer
-\* check, abstracted as an exact oracle: ~alive[r]) and evicts it: marks
-\* every chunk read by it, and from now on leaves its flag alone.
+\* check, abstracted as an oracle: ~alive[r], or a live reader of FalseSuspect
+\* judged dead) and evicts it: marks every chunk read by it, and from now on
+\* leaves its flag alone.  Without parking the writer checks while it spins
+\* at its claim; with parking it checks where the code calls on_idle
+\* (roles.py WriterSide.idle): at the top of each round of the park loop,
+\* after a failed look (pc = "park_snap"), and only the readers that have not
+\* read chunk w (unread_readers()).
 \* ring.py::RingWriter._writer_evict
 WriterEvict ==
     /\ Evict
-    /\ pc[Wr] = "claim" /\ msg <= M /\ ~Claimable
+    /\ msg <= M /\ ~Claimable
+    /\ IF Parking THEN pc[Wr] = "park_snap" ELSE pc[Wr] = "claim"
     /\ \E r \in Readers :
-          /\ ~alive[r] /\ r \notin evicted
+          /\ ~alive[r] \/ r \in FalseSuspect
+          /\ r \notin evicted
+          /\ Parking => rflag[w][r] = 0
           /\ rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]]
           /\ evicted' = evicted \cup {r}
-    /\ UNCHANGED <<written, data, sb, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
+    /\ UNCHANGED <<written, data, amem, sb, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
 
 \* Environment: reader r's process dies (SIGKILL) wherever it is; it never
 \* takes another step (no code counterpart).
 ReaderCrash(r) ==
     /\ r \in CrashSet /\ alive[r]
     /\ alive' = [alive EXCEPT ![r] = FALSE]
-    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped>>
+    /\ views' = [views EXCEPT ![r] = {}]       \* its views die with it
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped,
+                   aslot, mslot, vbad, cp>>
 
 \* endpoint.py::WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
@@ -373,7 +433,7 @@ WriterAbort ==
           /\ dropped' = dropped \cup {msg}
           /\ sent' = IF sent # << >> /\ sent[Len(sent)] = msg
                      THEN SubSeq(sent, 1, Len(sent) - 1) ELSE sent
-          /\ pc' = [pc EXCEPT ![Wr] = IF msg + 1 > M THEN "done" ELSE "claim"]
+          /\ pc' = [pc EXCEPT ![Wr] = IF msg + 1 > M THEN "done" ELSE WTop]
        \/ /\ Abort = "drop" /\ pc[Wr] \in {"notify_load", "notify_wake"}
           /\ pc' = [pc EXCEPT ![Wr] = AfterNotify(Wr)]
           /\ UNCHANGED <<msg, dropped, sent>>
@@ -413,25 +473,58 @@ ReaderLoadReadFlag(r) ==
                     /\ UNCHANGED i
     /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, waiters, moved, annc>>
 
-\* Deliver a copied payload value (an overflow marker delivers later).
+\* Deliver a copied payload value (an overflow marker delivers later).  A
+\* message whose buffer is in an arena slot becomes a view of that slot: the
+\* payload names it (mslot: what the writer put in the chunk).
 Deliver(r, v) ==
     /\ ncopied' = [ncopied EXCEPT ![r] = @ + 1]
     /\ IF Marker(v) = 1
        THEN mk' = [mk EXCEPT ![r] = TRUE] /\ UNCHANGED recv
        ELSE recv' = [recv EXCEPT ![r] = Append(@, v)] /\ UNCHANGED mk
+    /\ views' = IF v \in Msgs /\ S > 0 /\ mslot[v] > 0
+                THEN [views EXCEPT ![r] = @ \cup {<<mslot[v], v, "held">>}]
+                ELSE views
 
 AfterAck(r) == IF Parking THEN "notify_load" ELSE AfterNotify(r)
 
+\* With EvictCheck the copy is kept (cp) until ReaderCheckEvicted.
 \* ring.py::RingReader._reader_copy
 ReaderCopy(r) ==
     /\ pc[r] \in {"copy", "copy_late"}
     /\ \E v \in (IF WinOn THEN win[r] ELSE {}) \cup {data[i[r]]} :
-          Deliver(r, v)
+          IF EvictCheck
+          THEN cp' = [cp EXCEPT ![r] = v] /\ UNCHANGED <<ncopied, mk, recv, views>>
+          ELSE Deliver(r, v) /\ UNCHANGED cp
     /\ IF pc[r] = "copy"
-       THEN pc' = [pc EXCEPT ![r] = "ack"] /\ UNCHANGED i
+       THEN pc' = [pc EXCEPT ![r] = IF EvictCheck THEN "check" ELSE "ack"] /\ UNCHANGED i
        ELSE /\ i' = [i EXCEPT ![r] = (@ + 1) % N]    \* acked already
             /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
-    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars>>
+    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad>>
+
+\* EvictCheck (proposed, not in the code): after the copy and before it is
+\* returned, the reader loads its state word in the reader table; if the
+\* writer evicted it, the copy is dropped and EvictedError raised (the reader
+\* reads no more).  In the code this would be ReaderEndpoint.receive: after
+\* copy_out, `if ring.reader_evicted(r): raise EvictedError`.  SC only (as
+\* every model with eviction): on TSO the loads are in order; on relaxed
+\* memory it needs a fence between the copy and the load.
+ReaderCheckEvicted(r) ==
+    /\ pc[r] = "check"
+    /\ IF r \in evicted
+       THEN /\ pc' = [pc EXCEPT ![r] = "gone"]
+            /\ UNCHANGED <<ncopied, mk, recv, views>>
+       ELSE /\ Deliver(r, cp[r])
+            /\ pc' = [pc EXCEPT ![r] = "ack"]
+    /\ cp' = [cp EXCEPT ![r] = 0]
+    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad>>
+
+\* A parked reader's on_idle (roles.py ReaderSide.idle, at the top of each
+\* round of the park loop) finds itself evicted and raises EvictedError: it
+\* reads no more (its views stay alive).
+ReaderQuit(r) ==
+    /\ pc[r] = "park_snap" /\ r \in evicted
+    /\ pc' = [pc EXCEPT ![r] = "gone"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, avars>>
 
 \* ring.py::RingReader._reader_ack
 ReaderAck(r) ==
@@ -467,9 +560,18 @@ ReaderRecvOverflow(r) ==
 -----------------------------------------------------------------------------
 (************************* eventcount (waiting.py) *************************)
 
+\* The code's on_idle runs at the park loop's top before the snapshot, so it
+\* is not skipped: the writer evicts a dead reader it waits for, an evicted
+\* reader raises (WriterEvict, ReaderQuit come first).
+OnIdleDue(p) ==
+    IF p = Wr
+    THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ rflag[w][r] = 0
+    ELSE p \in evicted
+
 \* waiting.py::EventCount._park_snapshot
 ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
+    /\ ~OnIdleDue(p)
     /\ moved' = [moved EXCEPT ![p] = FALSE]          \* s := seq
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
@@ -501,6 +603,18 @@ ParkRecheck(p) ==
 ParkSleep(p) ==
     /\ pc[p] = "park_sleep"
     /\ moved[p]             \* futex_wait blocks while seq = snapshot
+    /\ pc' = [pc EXCEPT ![p] = "park_retire"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+
+\* Timed: the sleep ends by its cap (futex_wait's timeout, recheck_interval
+\* in Waiter.wait, which _park_sleep returns as TIMED_OUT), woken or not.
+\* It is a step of the sleeping side, so the side's weak fairness makes it
+\* happen: a side parked for good wakes up, re-checks, and (at the park
+\* loop's top) runs its on_idle (the writer's dead-reader check, the
+\* reader's eviction check).  Without Timed a lost wake-up is a deadlock,
+\* which the parking models need to see.
+ParkTimeout(p) ==
+    /\ Timed /\ pc[p] = "park_sleep"
     /\ pc' = [pc EXCEPT ![p] = "park_retire"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
@@ -537,39 +651,182 @@ NotifyWake(p) ==
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
 
 -----------------------------------------------------------------------------
+(************************* tensor arena (arena.py) *************************)
+(* S > 0: every message has one large buffer.  Before the ring's claim the *)
+(* writer places it (ArenaWriter.place): a free slot (written 0, or        *)
+(* released by every reader), written := 0, the bytes, released_r := 0    *)
+(* for each ring-live reader (not evicted: arena.writer_arena passes the   *)
+(* ring cursor's live_readers), fence AFP, written := 1; with no free slot *)
+(* the dead holders' flags are taken back (ArenaReclaimDead) or the buffer *)
+(* goes inline (ArenaFallback).  The ring chunk then names the slot.  A    *)
+(* reader that copies the chunk holds a view of the slot until the user    *)
+(* drops it: ViewRead (the user's reads), ArenaRelease (fence AF5,         *)
+(* released_r := 1).                                                       *)
+
+\* The writer's test (ArenaWriter._arena_claim): all flags loaded as one step,
+\* as WriterClaim's (the flags it waits for only go 0 -> 1 while it waits).
+AFree(s) == Load(Wr, AWAddr(s)) = 0 \/ \A r \in Readers : Load(Wr, ARAddr(s, r)) = 1
+
+\* Readers holding a slot that the liveness check calls dead (eviction's
+\* oracle: dead, or a live reader of FalseSuspect).  SC only (Evict).
+DeadHolders == {r \in Readers : (~alive[r] \/ r \in FalseSuspect)
+                               /\ \E s \in Slots : aw[s] = 1 /\ arel[s][r] = 0}
+
+WUnchanged == UNCHANGED <<w, msg, wk, i, seen, mk, ncopied, hvars, fifo, evars, views, vbad, cp>>
+
+\* arena.py::ArenaWriter._arena_claim
+ArenaClaim ==
+    /\ pc[Wr] = "a_claim"
+    /\ \E s \in Slots : AFree(s) /\ aslot' = s
+    /\ pc' = [pc EXCEPT ![Wr] = "a_clear_written"]
+    /\ UNCHANGED <<mem, sb, wr, win, mslot>> /\ WUnchanged
+
+\* arena.py::ArenaWriter._arena_reclaim_dead
+ArenaReclaimDead ==
+    /\ pc[Wr] = "a_claim" /\ Evict
+    /\ \A s \in Slots : ~AFree(s)
+    /\ DeadHolders # {}
+    /\ arel' = [s \in Slots |-> [r \in Readers |-> IF r \in DeadHolders THEN 1 ELSE arel[s][r]]]
+    /\ UNCHANGED <<written, rflag, data, aw, adata, sb, pc, wr, win, aslot, mslot>> /\ WUnchanged
+
+\* arena.py::ArenaWriter._arena_fallback
+ArenaFallback ==
+    /\ pc[Wr] = "a_claim"
+    /\ \A s \in Slots : ~AFree(s)
+    /\ ~(Evict /\ DeadHolders # {})
+    /\ pc' = [pc EXCEPT ![Wr] = "claim"]
+    /\ UNCHANGED <<mem, sb, wr, win, aslot, mslot>> /\ WUnchanged
+
+\* arena.py::ArenaWriter._arena_clear_written
+ArenaClearWritten ==
+    /\ pc[Wr] = "a_clear_written"
+    /\ Store(Wr, AWAddr(aslot), 0)
+    /\ pc' = [pc EXCEPT ![Wr] = "a_write"]
+    /\ UNCHANGED <<wr, aslot, mslot>> /\ WUnchanged
+
+\* arena.py::ArenaWriter._arena_write
+ArenaWrite ==
+    /\ pc[Wr] = "a_write"
+    /\ Store(Wr, ADAddr(aslot), msg)
+    /\ pc' = [pc EXCEPT ![Wr] = "a_clear_released"]
+    /\ UNCHANGED <<wr, aslot, mslot>> /\ WUnchanged
+
+\* One reader per step; an evicted reader's flag is left alone (the code
+\* clears only ring-live readers', where Arena.tla clears every reader's).
+\* arena.py::ArenaWriter._arena_clear_released
+ArenaClearReleased ==
+    /\ pc[Wr] = "a_clear_released"
+    /\ IF wr \in evicted
+       THEN UNCHANGED <<mem, win, sb>>
+       ELSE Store(Wr, ARAddr(aslot, wr), 0)
+    /\ IF wr + 1 < NR
+       THEN wr' = wr + 1 /\ UNCHANGED pc
+       ELSE wr' = 0 /\ pc' = [pc EXCEPT ![Wr] = "a_publish"]
+    /\ UNCHANGED <<aslot, mslot>> /\ WUnchanged
+
+\* AFP: the slot's bytes and cleared flags before its written := 1.  The
+\* ring chunk naming the slot is written after this step (mslot).
+\* arena.py::ArenaWriter._arena_publish
+ArenaPublish ==
+    /\ pc[Wr] = "a_publish"
+    /\ AFP => BufEmpty(Wr)
+    /\ Store(Wr, AWAddr(aslot), 1)
+    /\ mslot' = [mslot EXCEPT ![msg] = aslot]
+    /\ aslot' = 0
+    /\ pc' = [pc EXCEPT ![Wr] = "claim"]
+    /\ UNCHANGED wr /\ WUnchanged
+
+ArenaWriterStep == ArenaClaim \/ ArenaReclaimDead \/ ArenaFallback \/ ArenaClearWritten
+                   \/ ArenaWrite \/ ArenaClearReleased \/ ArenaPublish
+
+RUnchanged == UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars, aslot, mslot, cp>>
+
+\* The user's code reads a view's bytes (numpy / torch over the slot; no code
+\* counterpart).  The read returns the memory (or, for a late view, whatever
+\* the slot holds by then).
+ViewRead(r) ==
+    /\ \E v \in views[r] :
+          /\ v[3] \in {"held", "late"}
+          /\ vbad' = (vbad \/ Load(r, ADAddr(v[1])) # v[2])
+          /\ views' = [views EXCEPT ![r] = (@ \ {v}) \cup
+                          (IF v[3] = "held" THEN {<<v[1], v[2], "read">>} ELSE {})]
+    /\ UNCHANGED <<mem, sb, pc, win>> /\ RUnchanged
+
+\* The view's last user is gone: the finalizer's fence AF5, released_r := 1.
+\* RELAXED without AF5: the store may become visible before the view's
+\* reads are performed (they were issued before it): "late".
+\* arena.py::ArenaReader._arena_release
+ArenaRelease(r) ==
+    /\ \E v \in views[r] :
+          \/ /\ v[3] = "read"
+             /\ AF5 => BufEmpty(r)
+             /\ Store(r, ARAddr(v[1], r), 1)
+             /\ views' = [views EXCEPT ![r] = @ \ {v}]
+          \/ /\ v[3] = "held" /\ MM = "RELAXED" /\ ~AF5
+             /\ Store(r, ARAddr(v[1], r), 1)
+             /\ views' = [views EXCEPT ![r] = (@ \ {v}) \cup {<<v[1], v[2], "late">>}]
+    /\ UNCHANGED <<pc, vbad>> /\ RUnchanged
+
+\* (arena.py ArenaReader.close) Reader r closes its queue between messages:
+\* released_r := 1 in every slot it holds no live view of, no fence; it
+\* reads no more.  (Its ring flags stay: the writer waits for it until its
+\* process is gone; models with CloseSet check safety only.)
+ReaderClose(r) ==
+    /\ r \in CloseSet /\ pc[r] = "load_w" /\ ~rechk[r]
+    /\ LET held(s) == \E v \in views[r] : v[1] = s /\ v[3] # "late"
+           free == SelectSeq([k \in 1 .. S |-> k], LAMBDA s : ~held(s))
+       IN IF MM = "SC"
+          THEN /\ arel' = [s \in Slots |-> IF held(s) THEN arel[s] ELSE [arel[s] EXCEPT ![r] = 1]]
+               /\ UNCHANGED <<written, rflag, data, aw, adata, win, sb>>
+          ELSE /\ sb' = [sb EXCEPT ![r] = @ \o [k \in 1 .. Len(free) |-> <<ARAddr(free[k], r), 1>>]]
+               /\ UNCHANGED <<mem, win>>
+    /\ pc' = [pc EXCEPT ![r] = "closed"]
+    /\ UNCHANGED <<views, vbad>> /\ RUnchanged
+
+-----------------------------------------------------------------------------
 (********************************* system **********************************)
 
-AllDelivered == \A r \in Readers : alive[r] => Len(recv[r]) = M - Cardinality(dropped)
+AllDelivered == \A r \in Readers : alive[r] /\ r \notin evicted /\ r \notin CloseSet
+                                     => Len(recv[r]) = M - Cardinality(dropped)
 
 \* End of the bounded run (no code counterpart): lets a finished model
 \* stutter so that TLC's deadlock check only reports real hangs.
 Finished == pc[Wr] = "done" /\ AllDelivered /\ UNCHANGED vars
 
 Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
-           \/ ParkSleep(p) \/ ParkRetire(p)
+           \/ ParkSleep(p) \/ ParkTimeout(p) \/ ParkRetire(p)
            \/ NotifyLoadWaiters(p) \/ NotifyWake(p)
 
 WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
                     \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
                     \/ Park(Wr)
-                 /\ UNCHANGED xvars
-              \/ WriterEvict
-              \/ WriterAbort
+                 /\ UNCHANGED <<xvars, avars>>
+              \/ WriterEvict /\ UNCHANGED avars
+              \/ WriterAbort /\ UNCHANGED avars
+              \/ ArenaWriterStep /\ UNCHANGED xvars
 
 \* A dead reader takes no step.
 ReaderStep(r) == /\ alive[r]
-                 /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
-                    \/ ReaderCopy(r) \/ ReaderAck(r) \/ Park(r)
+                 /\ \/ /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
+                          \/ ReaderAck(r) \/ Park(r)
+                       /\ UNCHANGED avars
+                    \/ ReaderCopy(r) \/ ReaderCheckEvicted(r) \/ ReaderQuit(r)
                  /\ UNCHANGED xvars
 
-ReaderRecv(r) == alive[r] /\ ReaderRecvOverflow(r) /\ UNCHANGED xvars
+ReaderRecv(r) == alive[r] /\ ReaderRecvOverflow(r) /\ UNCHANGED <<xvars, avars>>
+
+\* What the user's code does with a reader's views (no fairness: a view may
+\* live for ever), and the reader closing its queue.
+ReaderArena(r) == /\ alive[r]
+                  /\ ViewRead(r) \/ ArenaRelease(r) \/ ReaderClose(r)
+                  /\ UNCHANGED xvars
 
 Init ==
     /\ written = [c \in Chunks |-> InitWritten]
     /\ rflag   = [c \in Chunks |-> [r \in Readers |-> InitRead]]
     /\ data    = [c \in Chunks |-> 0]
     /\ sb      = [p \in Procs |-> << >>]
-    /\ pc      = [p \in Procs |-> IF p = Wr THEN (IF M = 0 THEN "done" ELSE "claim")
+    /\ pc      = [p \in Procs |-> IF p = Wr THEN (IF M = 0 THEN "done" ELSE WTop)
                                  ELSE "load_w"]
     /\ w = 0 /\ msg = 1 /\ wk = 0 /\ wr = 0
     /\ i       = [r \in Readers |-> 0]
@@ -587,17 +844,26 @@ Init ==
     /\ alive   = [r \in Readers |-> TRUE]
     /\ evicted = {}
     /\ dropped = {}
+    /\ aw      = [s \in Slots |-> 0]
+    /\ arel    = [s \in Slots |-> [r \in Readers |-> 0]]
+    /\ adata   = [s \in Slots |-> 0]
+    /\ aslot   = 0
+    /\ mslot   = [m \in Msgs |-> 0]
+    /\ views   = [r \in Readers |-> {}]
+    /\ vbad    = FALSE
+    /\ cp      = [r \in Readers |-> 0]
 
 Next ==
     \/ WriterStep
     \/ \E r \in Readers : ReaderStep(r) \/ ReaderRecv(r) \/ ReaderCrash(r)
-    \/ \E p \in Procs : Drain(p) /\ UNCHANGED xvars
+    \/ \E r \in Readers : ReaderArena(r)
+    \/ \E p \in Procs : Drain(p) /\ UNCHANGED <<xvars, avars>>
     \/ Finished
 
 Fairness ==
     /\ WF_vars(WriterStep)
     /\ \A r \in Readers : WF_vars(ReaderStep(r)) /\ WF_vars(ReaderRecv(r))
-    /\ \A p \in Procs : WF_vars(Drain(p) /\ UNCHANGED xvars)
+    /\ \A p \in Procs : WF_vars(Drain(p) /\ UNCHANGED <<xvars, avars>>)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -607,7 +873,8 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 PcVals == {"claim", "done", "payload_end", "load_w", "load_r", "copy",
            "copy_late", "ack", "recv", "owed", "park_snap", "park_announce",
            "park_recheck", "park_sleep", "park_retire", "notify_load",
-           "notify_wake"} \cup Steps
+           "notify_wake", "a_claim", "a_clear_written", "a_write",
+           "a_clear_released", "a_publish", "check", "gone", "closed"} \cup Steps
 Val  == -M .. M
 
 TypeOK ==
@@ -615,7 +882,7 @@ TypeOK ==
     /\ rflag \in [Chunks -> [Readers -> {0, 1}]]
     /\ data \in [Chunks -> Val]
     /\ \A p \in Procs : \A k \in 1 .. Len(sb[p]) :
-           sb[p][k][1][1] \in {"W", "R", "D"} /\ sb[p][k][2] \in Val
+           sb[p][k][1][1] \in {"W", "R", "D", "AW", "AR", "AD"} /\ sb[p][k][2] \in Val
     /\ pc \in [Procs -> PcVals]
     /\ w \in Chunks /\ msg \in 1 .. M + 1 /\ wk \in 0 .. Len(Order)
     /\ wr \in Readers
@@ -630,6 +897,10 @@ TypeOK ==
     /\ rechk \in [Procs -> BOOLEAN]
     /\ alive \in [Readers -> BOOLEAN] /\ evicted \subseteq Readers
     /\ dropped \subseteq Msgs
+    /\ aw \in [Slots -> {0, 1}] /\ arel \in [Slots -> [Readers -> {0, 1}]]
+    /\ adata \in [Slots -> 0 .. M] /\ aslot \in 0 .. S /\ mslot \in [Msgs -> 0 .. S]
+    /\ views \in [Readers -> SUBSET (Slots \X Msgs \X ViewSt)]
+    /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val]
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -641,9 +912,11 @@ WriterWriting(c) ==
     \/ w = c /\ 1 <= wk /\ wk <= PayIdx
     \/ \E k \in 1 .. Len(sb[Wr]) : sb[Wr][k][1] = DAddr(c)
 
-\* No data race: no (live) reader copies a chunk the writer is writing.
+\* No data race: no (live, not evicted) reader copies a chunk the writer is
+\* writing.  (An evicted reader's copy may race: what it delivers is InOrder's.)
 NoDataRace ==
-    \A r \in Readers : alive[r] /\ pc[r] \in {"copy", "copy_late"} => ~WriterWriting(i[r])
+    \A r \in Readers : alive[r] /\ r \notin evicted /\ pc[r] \in {"copy", "copy_late"}
+                        => ~WriterWriting(i[r])
 
 \* The place of message m among the messages the writer publishes (those an
 \* exception dropped take no chunk).
@@ -665,7 +938,21 @@ InOrder == \A r \in Readers : IsPrefix(recv[r], sent)
 \* cannot die), and the writer gets every message out (every message an
 \* exception did not drop: published + dropped <= M, so this length is
 \* reached only once the writer has decided every message).
-Delivered == \A r \in Readers \ CrashSet : <>(Len(recv[r]) = M - Cardinality(dropped))
+Delivered == \A r \in Readers \ (CrashSet \cup FalseSuspect \cup CloseSet) :
+                 <>(Len(recv[r]) = M - Cardinality(dropped))
 WriterDone == <>(pc[Wr] = "done")
+
+\* The arena: the writer never claims a slot a live view is on, and a view's
+\* slot holds the view's message (for a view not yet read) with no store of
+\* the writer to it pending.
+ViewsIntact ==
+    \A r \in Readers : alive[r] => \A v \in views[r] :
+        /\ aslot # v[1]
+        /\ v[3] # "read" => /\ adata[v[1]] = v[2]
+                            /\ \A k \in 1 .. Len(sb[Wr]) : sb[Wr][k][1] # ADAddr(v[1])
+
+\* The abstract property: a view never sees bytes of another message (what
+\* the user's code reads through a view is the message it was built for).
+ViewOwnBytes == ~vbad
 
 =============================================================================

@@ -60,14 +60,14 @@ Hidden ==
     /\ \/ \E r \in Readers : ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
        \/ WriterClaim
        \/ WriterSendOverflow /\ msg \notin Big
-    /\ UNCHANGED xvars
+    /\ UNCHANGED <<xvars, avars>>
 
 TraceInit == Init /\ k = 0
 
 TraceNext ==
     \/ /\ k < Len(Trace)
        /\ Step(Trace[k + 1].a, Trace[k + 1].p)
-       /\ UNCHANGED xvars
+       /\ UNCHANGED <<xvars, avars>>
        /\ k' = k + 1
     \/ Hidden /\ UNCHANGED k
 
