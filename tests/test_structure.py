@@ -5,7 +5,8 @@
 * the TLC library (ringcast.tlc) imports nothing of the protocol;
 * the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of ringcast/ring.py) are called
   by one production module, the endpoint layer, and by no program of the stateful harness or the
-  trace recorder (only the planted-bug variants may), which drive the endpoints instead;
+  trace recorder (only the planted-bug variants may), which drive the endpoints instead; those
+  programs exist once (ringcast.trace.child);
 * no module reads or writes another module's private names (``mq._is_writer``,
   ``getattr(mq, "_x")``): ``self._x`` / ``cls._x`` and names the module defines itself are fine;
 * no step hook looks at its caller's frame.
@@ -195,9 +196,12 @@ def test_harness_and_trace_programs_drive_the_endpoint():
     files += sorted((PKG / "trace").glob("*.py"))
     bad = {str(p.relative_to(ROOT)): sorted(c) for p in files if (c := _step_calls(p, steps))}
     assert not bad, f"ring steps called outside the endpoint: {bad}"
-    for path in (ROOT / "tests" / "stateful" / "worker.py", PKG / "trace" / "serial.py"):
-        calls = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
-        assert {"publish", "receive"} <= calls, path
+    # one set of child programs (ringcast.trace.child), stepped through pipes by the harness and
+    # serialised by a lock by the recorders: nothing else of either runs the protocol's sides
+    programs = {"publish", "receive", "enqueue", "dequeue"}
+    callers = {str(p.relative_to(ROOT)): sorted(c) for p in files if p.name != "bench_hook.py"
+               and (c := programs & {n.attr for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute)})}
+    assert callers == {"src/ringcast/trace/child.py": sorted(programs)}, callers
 
 
 @pytest.mark.parametrize("where", ["src/ringcast", "tests/stateful", "tests"])

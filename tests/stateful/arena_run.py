@@ -1,37 +1,12 @@
-"""The tensor arena in the stateful harness: :class:`ArenaRun` is a :class:`queue_run.QueueRun` whose
-MessageQueue has a tensor arena (``tensor_arena_bytes``), checked after every step against
-:class:`ArenaModel`, a port of spec/Arena.tla (MM = "SC") at the code's granularity.
-
-The writer and the local readers are stepped at the ring's hooks and at the arena's
-(``ArenaClaim`` .. ``ArenaPublish``, ``ArenaReclaimDead``, ``ArenaFallback``; ``ArenaRelease`` in
-a reader when a view dies).  Readers keep every array they deliver (worker.py ``keep``) until the
-harness tells one to drop it (:meth:`ArenaRun.drop`; its finalizer's ``ArenaRelease`` is then
-the reader's next step); a reader that has read far enough can be killed holding views
-(:meth:`ArenaRun.crash`; ``doomed``: this reader is killed at the first moment it can be).
-After every step:
-
-* **Conformance**: every slot's flag bytes in the segment equal the model's ``written`` /
-  ``released``; every slot holding a message holds its bytes; the writer's arena steps come in
-  the code's order (a claim per slot tried, a full failed pass then ``ArenaReclaimDead`` or
-  ``ArenaFallback``, a second pass only after a reclaim; clear-written, write, clear each reader's
-  flag, publish), on the claimed slot, between ring messages; each array a reader keeps lies in
-  the slot the writer published its message in (-1: a private copy, the message fell back).
-* **Arena.NoOverwrite** (spec/Arena.tla): no slot that a live view lives on holds another
-  message or is about to be written; and every kept array still has its message's bytes (crc
-  reported by the reader process, from the object itself).
-* **Arena.NoDeadLeak**: a fallback happens only when every slot is held by a live reader (a slot
-  held only by dead readers must be reclaimed first; the spec's NoDeadLeak, slot by slot).  The
-  spec's ArenaFallback looks at every slot and at the readers' lives in one atomic step; the code
-  looks slot by slot (one ``ArenaClaim`` each) and for dead readers in ``ArenaReclaimDead``, and a
-  reader may release or die between those looks and the fallback (a harmless race: the message
-  takes the normal path, the next placement finds the slot).  So the check is on what the writer
-  saw: at its last look at each slot, some holder was alive at its look for dead readers (at the
-  look at the slot, when it made none).
-
-At the end (:meth:`ArenaRun.check_complete`) every live reader has delivered every message
-(each checked in order and content as it arrived, queue_run.QueueRun), then drops what it keeps; every slot must then be released by
-every live reader, and the writer's ``statistics()`` must count exactly the model's fallbacks,
-placements (``arena_hits``) and reclaimed dead readers.
+"""The tensor arena in the stateful harness (docs/stateful.md, *Tensor arena*): :class:`ArenaRun`
+is a :class:`queue_run.QueueRun` whose MessageQueue has a tensor arena, stepped at the ring's and
+the arena's hooks and checked after every step against :class:`ArenaModel`, a port of
+spec/Arena.tla (MM = "SC") at the code's granularity: conformance (slot flags and bytes, the
+writer's order, where each kept array lies), Arena.NoOverwrite (no live view's slot holds another
+message or is about to be written; every kept array keeps its bytes) and Arena.NoDeadLeak (a
+fallback only when, at the writer's last look at each slot, a live reader held it). At the end
+every live reader drops what it keeps: every slot must be released, and the writer's
+statistics() must count the model's fallbacks, placements and reclaimed dead readers.
 """
 
 from __future__ import annotations
@@ -42,7 +17,7 @@ from hypothesis import strategies as st
 
 from ringcast.arena import TensorArena
 
-from .model import Conformance
+from ringcast.trace.model import Conformance
 from .queue_run import QueueRun
 from .ring_run import Proc
 
@@ -239,14 +214,9 @@ class ArenaRun(QueueRun):
         self._copying: tuple[int, int] | None = None
         self.variants = (reader, writer)
         self.writer_opts = {"tensor_arena_bytes": slots * SLOT_BYTES, "tensor_arena_slots": slots,
-                            "arena_min_bytes": MIN_BYTES, "arena_variant": writer}
+                            "arena_min_bytes": MIN_BYTES, "arena_variant": writer, "stats": True}
         self.reader_opts = {"keep": True, "arena_variant": reader}
         super().__init__(pool, n_local=n_local, n_remote=0, objs=objs, max_chunk_bytes=max_chunk_bytes, max_chunks=max_chunks)
-        try:
-            self._check_arena()
-        except BaseException:
-            self.close()
-            raise
 
     def _attach(self, handle) -> None:
         super()._attach(handle)
@@ -257,24 +227,15 @@ class ArenaRun(QueueRun):
 
     # -- steps --------------------------------------------------------------------------------------
     def step(self, pr: Proc, shutdown: bool = False) -> None:
-        action, index, extra = pr.pending
-        if action not in ARENA_ACTIONS:
-            if action == "ReaderCopy":  # the chunk's message: a view of its slot is built during the copy
-                self._copying = (pr.p, abs(self.model.data[self.model.i[pr.p]]))
-            super().step(pr, shutdown)
-            self._doom()
-            return
-        self.schedule.append(f"{pr.name}:{action}@{index}" + (f" r{extra}" if extra is not None else ""))
-        pr.worker.send(("step", {}))
-        self._absorb(pr, pr.worker.recv())
-        try:
-            self.amodel.step(action, index, extra, None if pr is self.writer else pr.p, self.model.msg)
-        except Conformance as e:
-            self._fail("Conformance", str(e))
-        self._events(pr)
-        self._check_pending(pr)
-        self._after_step()
+        if pr.pending[0] == "ReaderCopy":  # the chunk's message: a view of its slot is built during the copy
+            self._copying = (pr.p, abs(self.model.data[self.model.i[pr.p]]))
+        super().step(pr, shutdown)
         self._doom()
+
+    def _take(self, pr: Proc, action: str, index: int, extra=None) -> None:
+        if action not in ARENA_ACTIONS:
+            return super()._take(pr, action, index, extra)
+        self._checked(self.amodel.step, action, index, extra, None if pr is self.writer else pr.p, self.model.msg)
 
     def _doom(self) -> None:
         if self.doomed is not None and not self.dead:

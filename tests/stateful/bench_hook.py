@@ -65,35 +65,18 @@ def stripped_module(mod, replace: dict | None = None):
     return m.__dict__, removed
 
 
-def stripped_ring_module():
-    import ringcast.ring as ring
+def stripped(name: str):
+    """``ringcast.<name>`` (ring, waiting, endpoint, arena) without its hook checks: (namespace,
+    checks removed); the stripped endpoint is built on the stripped ring and waiting classes."""
+    import importlib
 
-    return stripped_module(ring)
-
-
-def stripped_waiting_module():
-    import ringcast.waiting as waiting
-
-    return stripped_module(waiting)
-
-
-def stripped_endpoint_module():
-    """endpoint.py without its checks, built on the stripped ring and waiting classes; returns
-    (namespace, checks removed in all three modules)."""
-    import ringcast.endpoint as endpoint
-
-    rns, r1 = stripped_ring_module()
-    wns, r2 = stripped_waiting_module()
-    names = {k: rns[k] for k in ("RingWriter", "RingReader")}
-    names.update({k: wns[k] for k in ("EventCount", "Waiter", "Counters", "WaitPolicy")})
-    ens, r3 = stripped_module(endpoint, names)
+    mod = importlib.import_module(f"ringcast.{name}")
+    if name != "endpoint":
+        return stripped_module(mod)
+    (rns, r1), (wns, r2) = stripped("ring"), stripped("waiting")
+    names = {k: rns[k] for k in ("RingWriter", "RingReader")} | {k: wns[k] for k in ("EventCount", "Waiter", "Counters", "WaitPolicy")}
+    ens, r3 = stripped_module(mod, names)
     return ens, r1 + r2 + r3
-
-
-def stripped_arena_module():
-    import ringcast.arena as arena
-
-    return stripped_module(arena)
 
 
 def _copy64(view) -> bytes:
@@ -112,21 +95,25 @@ def _loop(WE, RE, ring, n: int, payload: bytes) -> float:
     return dt
 
 
+def _compare(loop, real: dict, plain: dict, trials: int) -> tuple[list, list]:
+    """``trials`` alternating timings of ``loop(namespace)`` on the real classes and the stripped ones."""
+    import ringcast.steps as steps
+
+    if steps.get_step_hook() is not None:
+        raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
+    out = [(loop(real), loop(plain)) for _ in range(trials)]
+    return [h for h, _ in out], [p for _, p in out]
+
+
 def measure(iterations: int = 200_000, trials: int = 9) -> dict:
     import ringcast.endpoint as endpoint
     import ringcast.ring as ring
-    import ringcast.steps as steps
 
-    ns, removed = stripped_endpoint_module()
+    ns, removed = stripped("endpoint")
     rb = ring.ShmRingBuffer(1, 256, 4)
     try:
-        if steps.get_step_hook() is not None:
-            raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
-        payload = b"x" * 64
-        hooked, plain = [], []
-        for _ in range(trials):
-            hooked.append(_loop(endpoint.WriterEndpoint, endpoint.ReaderEndpoint, rb, iterations, payload))
-            plain.append(_loop(ns["WriterEndpoint"], ns["ReaderEndpoint"], rb, iterations, payload))
+        hooked, plain = _compare(lambda n: _loop(n["WriterEndpoint"], n["ReaderEndpoint"], rb, iterations, b"x" * 64),
+                                 vars(endpoint), ns, trials)
     finally:
         rb.close()
         rb.unlink()
@@ -148,18 +135,11 @@ def measure_arena(iterations: int = 50_000, trials: int = 9) -> dict:
     """One buffer through a 1-slot, 1-reader arena per iteration: real arena.py (hook None)
     against arena.py without its hook checks."""
     import ringcast.arena as arena
-    import ringcast.steps as steps
 
-    if steps.get_step_hook() is not None:
-        raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
-    ns, removed = stripped_arena_module()
+    ns, removed = stripped("arena")
     a = arena.TensorArena.create(1, 4096, 1)
     try:
-        buf = b"x" * 4096
-        hooked, plain = [], []
-        for _ in range(trials):
-            hooked.append(_arena_loop(vars(arena), a, iterations, buf))
-            plain.append(_arena_loop(ns, a, iterations, buf))
+        hooked, plain = _compare(lambda n: _arena_loop(n, a, iterations, b"x" * 4096), vars(arena), ns, trials)
     finally:
         a.unlink()
         a.close()

@@ -1,12 +1,7 @@
-"""The Hypothesis state machines: the rule "let process k take its next step".
-
-:func:`ring_machine` builds a RuleBasedStateMachine over :class:`ring_run.RingRun` (ring-level
-protocol, exact model, data checked); :func:`queue_machine` one over :class:`queue_run.QueueRun`
-(a real MessageQueue: overflow payloads, remote readers, timeouts, shutdown).  Every step is
-checked (pool.py); ``teardown`` drains the run fairly and checks that every message was
-delivered (bounded liveness), then resets the workers.  A failure raises
-:class:`ring_run.ScheduleFailure`, whose message is the schedule as a list of action names.
-"""
+"""The Hypothesis state machines: the rule "let process k take its next step", over a
+:class:`ring_run.RingRun` (:func:`ring_machine`), a :class:`queue_run.QueueRun`
+(:func:`queue_machine`) or an :class:`arena_run.ArenaRun` (:func:`arena_machine`). A failure
+raises :class:`ring_run.ScheduleFailure`, whose message is the schedule as action names."""
 
 from __future__ import annotations
 
@@ -15,6 +10,8 @@ import os
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from ringcast.trace.model import RingModel
 
 from .pool import Pool
 from .ring_run import RingRun, trace_of
@@ -33,6 +30,20 @@ def budget(examples: int, steps: int) -> settings:
     return settings(d, max_examples=min(examples, d.max_examples), stateful_step_count=steps)
 
 
+#: bug searches: random, longer and shrunk by Hypothesis too under the stress profile (or
+#: RINGCAST_HYPOTHESIS_SHRINK=1); else derandomized, without Hypothesis's (slow) shrinking
+RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or STRESS
+
+
+def search(max_examples: int, steps: int) -> settings:
+    """Settings for a search that must find a planted bug."""
+    from hypothesis import HealthCheck, Phase
+
+    return settings(settings.default, max_examples=max_examples, stateful_step_count=steps, report_multiple_bugs=False,
+                    database=None, suppress_health_check=list(HealthCheck), derandomize=not RANDOM_SEARCH,
+                    phases=list(Phase) if RANDOM_SEARCH else [Phase.explicit, Phase.reuse, Phase.generate])
+
+
 def pick(run, k: int):
     """Process ``k`` of a run: 0 is the writer, k >= 1 is reader (k-1) mod NR (a mapping that
     stays put while Hypothesis shrinks: the writer is the simplest choice)."""
@@ -44,26 +55,11 @@ def pick(run, k: int):
     return readers[(k - 1) % len(readers)]
 
 
-def finish_run(run, failed: bool, on_complete=None) -> None:
-    """Teardown of a machine's run: unless a step already failed, drain it fairly and require
-    every message delivered (bounded liveness), then hand it to ``on_complete``; always close."""
-    if run is None:
-        return
-    try:
-        if not failed:
-            run.drain()
-            run.check_complete()
-            if on_complete is not None:
-                on_complete(run)
-    finally:
-        run.close()
-
-
 class SpecInvariants(RuleBasedStateMachine):
-    """The spec's invariants (spec/Ring.tla), one named Hypothesis @invariant each, plus the
-    harness's Cursors: evaluated on the spec model of the run after every rule.  The run itself
-    evaluates the same named checks (RingModel.INVARIANTS) after every single step, so a burst
-    rule is checked step by step; these make each invariant visible by name in the machine."""
+    """The spec's invariants (spec/Ring.tla, :data:`RingModel.INVARIANTS`: NoDataRace, NoOverwrite,
+    InOrder and the harness's Cursors), one named Hypothesis @invariant each, on the spec model of
+    the run after every rule. The run evaluates the same checks after every single step (a burst
+    is checked step by step); these make each invariant visible by name in the machine."""
 
     run = None
     failed = False
@@ -78,77 +74,82 @@ class SpecInvariants(RuleBasedStateMachine):
             self.failed = True
             run._fail("Violation", "; ".join(bad))
 
-    @invariant()
-    def NoDataRace(self):
-        self._holds("NoDataRace")
 
-    @invariant()
-    def NoOverwrite(self):
-        self._holds("NoOverwrite")
+def _invariant(name: str, model: str = "model"):
+    def holds(self):
+        self._holds(name, model)
 
-    @invariant()
-    def InOrder(self):
-        self._holds("InOrder")
-
-    @invariant()
-    def Cursors(self):
-        self._holds("Cursors")
+    holds.__name__ = name
+    return invariant()(holds)
 
 
-def ring_machine(
-    pool: Pool,
-    *,
-    writer: str = "correct",
-    reader: str = "correct",
-    cursors: bool = True,
-    N=st.integers(1, 3),
-    NR=st.integers(1, 3),
-    sizes=st.lists(st.integers(0, 24), min_size=1, max_size=8),
-    record: list | None = None,
-):
-    class RingMachine(SpecInvariants):
-        def __init__(self) -> None:
-            super().__init__()
-            self.run = None
-            self.failed = False
+for _name in RingModel.INVARIANTS:
+    setattr(SpecInvariants, _name, _invariant(_name))
+
+
+class Machine(SpecInvariants):
+    """The rules every run has: let process k take one step or a burst of steps, finished."""
+
+    run = None
+    on_complete = None  # what the teardown hands a completed run to
+
+    def _go(self, k: int, n: int, shutdown: bool = False) -> None:
+        try:
+            pr = pick(self.run, k)
+            for j in range(n):
+                if pr.pending is None or pr.sleeping:  # asleep in futex_wait: nothing to step
+                    return
+                self.run.step(pr, shutdown=True) if shutdown and j == 0 else self.run.step(pr)
+        except BaseException:
+            self.failed = True
+            raise
+
+    @precondition(lambda self: self.run is not None and self.run.runnable())
+    @rule(k=st.integers(0, 3))
+    def step(self, k):
+        """Let process k take one step (0: the writer, k >= 1: reader (k-1) mod NR); a
+        finished process does nothing."""
+        self._go(k, 1)
+
+    @precondition(lambda self: self.run is not None and self.run.runnable())
+    @rule(k=st.integers(0, 3), n=st.integers(2, 12))
+    def burst(self, k, n):
+        """Let process k run ``n`` steps in a row (reaches full rings and laps sooner)."""
+        self._go(k, n)
+
+    @precondition(lambda self: self.run is not None and not self.run.runnable())
+    @rule()
+    def finished(self):
+        """Every process has finished its program (nothing left to schedule)."""
+
+    def teardown(self):
+        """Unless a step already failed, drain the run fairly and require every message delivered
+        (bounded liveness), then hand it to ``on_complete``; always close it."""
+        run, self.run = self.run, None
+        if run is None:
+            return
+        try:
+            if not self.failed:
+                run.drain()
+                run.check_complete()
+                if self.on_complete is not None:
+                    self.on_complete(run)
+        finally:
+            run.close()
+
+
+def ring_machine(pool: Pool, *, writer: str = "correct", reader: str = "correct", cursors: bool = True,
+                 N=st.integers(1, 3), NR=st.integers(1, 3), sizes=st.lists(st.integers(0, 24), min_size=1, max_size=8),
+                 record: list | None = None):
+    class RingMachine(Machine):
+        if record is not None:
+            def on_complete(self, run):
+                record.append(trace_of(run))
 
         @initialize(N=N, NR=NR, sizes=sizes)
         def setup(self, N, NR, sizes):
             self.run = RingRun(pool, N=N, NR=NR, sizes=sizes, writer=writer, reader=reader, cursors=cursors,
                                record=record is not None)
-
-        def _go(self, k: int, n: int) -> None:
-            try:
-                pr = pick(self.run, k)
-                for _ in range(n):
-                    if pr.pending is None:
-                        return
-                    self.run.step(pr)
-            except BaseException:
-                self.failed = True
-                raise
-
-        @precondition(lambda self: self.run is not None and self.run.runnable())
-        @rule(k=st.integers(0, 3))
-        def step(self, k):
-            """Let process k take one step (0: the writer, k >= 1: reader (k-1) mod NR); a
-            finished process does nothing."""
-            self._go(k, 1)
-
-        @precondition(lambda self: self.run is not None and self.run.runnable())
-        @rule(k=st.integers(0, 3), n=st.integers(2, 12))
-        def burst(self, k, n):
-            """Let process k run ``n`` steps in a row (reaches full rings and laps sooner)."""
-            self._go(k, n)
-
-        @precondition(lambda self: self.run is not None and not self.run.runnable())
-        @rule()
-        def finished(self):
-            """Every process has finished its program (nothing left to schedule)."""
-
-        def teardown(self):
-            run, self.run = self.run, None
-            finish_run(run, self.failed, None if record is None else (lambda r: record.append(trace_of(r))))
 
     RingMachine.__name__ = f"RingMachine_{writer}_{reader}"
     return RingMachine
@@ -186,12 +187,7 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
 
     timeout = st.one_of(st.none(), st.integers(2, 8).map(lambda k: k * 1e-3)) if timeouts else st.none()
 
-    class QueueMachine(SpecInvariants):
-        def __init__(self) -> None:
-            super().__init__()
-            self.run = None
-            self.failed = False
-
+    class QueueMachine(Machine):
         @initialize(n_local=n_local, n_remote=n_remote, max_chunks=max_chunks, objs=queue_objects(mcb),
                     writer_timeout=timeout, reader_timeout=timeout)
         def setup(self, n_local, n_remote, max_chunks, objs, writer_timeout, reader_timeout):
@@ -199,42 +195,12 @@ def queue_machine(pool: Pool, *, n_local=st.integers(1, 2), n_remote=st.integers
                                 max_chunks=max_chunks, writer_timeout=writer_timeout, reader_timeout=reader_timeout,
                                 **(waiting or {}))
 
-        def _go(self, k: int, n: int, shutdown: bool = False) -> None:
-            try:
-                pr = pick(self.run, k)
-                for j in range(n):
-                    if pr.pending is None or pr.sleeping:  # asleep in futex_wait: nothing to step
-                        return
-                    self.run.step(pr, shutdown=shutdown and j == 0)
-            except BaseException:
-                self.failed = True
-                raise
-
-        @precondition(lambda self: self.run is not None and self.run.runnable())
-        @rule(k=st.integers(0, 3))
-        def step(self, k):
-            self._go(k, 1)
-
-        @precondition(lambda self: self.run is not None and self.run.runnable())
-        @rule(k=st.integers(0, 3), n=st.integers(2, 12))
-        def burst(self, k, n):
-            self._go(k, n)
-
         if shutdown:
             @precondition(lambda self: self.run is not None and self.run.runnable() and not self.run.cancelled)
             @rule(k=st.integers(0, 3))
             def shutdown_one(self, k):
                 """MessageQueue.shutdown() in process k (typically while it waits), then a step."""
                 self._go(k, 1, shutdown=True)
-
-        @precondition(lambda self: self.run is not None and not self.run.runnable())
-        @rule()
-        def finished(self):
-            pass
-
-        def teardown(self):
-            run, self.run = self.run, None
-            finish_run(run, self.failed)
 
     return QueueMachine
 
@@ -282,13 +248,8 @@ def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct
             cands = self.run.crashable()
             self._do(lambda: self.run.crash(cands[k % len(cands)]))
 
-        @invariant()
-        def ArenaNoOverwrite(self):
-            self._holds("NoOverwrite", "amodel")
-
-        @invariant()
-        def ArenaNoDeadLeak(self):
-            self._holds("NoDeadLeak", "amodel")
+        ArenaNoOverwrite = _invariant("NoOverwrite", "amodel")
+        ArenaNoDeadLeak = _invariant("NoDeadLeak", "amodel")
 
     ArenaMachine.__name__ = f"ArenaMachine_{reader}_{writer}"
     return ArenaMachine

@@ -1,33 +1,26 @@
 """One schedule-controlled run through a real MessageQueue (:class:`QueueRun`), and free runs
-(:func:`free_run`).  Both set their processes up with :func:`setup_queue` (the writer's handle,
-every reader attached, then go)."""
+(:func:`free_run`); both start with :func:`ringcast.trace.child.handshake`."""
 
 from __future__ import annotations
 
 from ringcast.ring import ShmRingBuffer
+from ringcast.trace.check import check_state
+from ringcast.trace.child import ChildError, handshake
+from ringcast.trace.model import ORDER_QUEUE, RingModel
 
-from .model import Conformance, RingModel
-from .pool import Pool, WorkerError
+from .pool import Pool
 from .ring_run import Proc, RunBase
 
 
 class QueueRun(RunBase):
-    """One controlled run through a real MessageQueue: writer and ``n_local`` local readers are
-    stepped (the hooks of ring.py, queue.py and waiting.py), ``n_remote`` remote readers (TCP, no
-    ring) run free.  Waiting runs in virtual time: every hook call advances the process's clock by
-    ``quantum`` seconds, so ``timeout`` expires after ``timeout / quantum`` of the process's own
-    steps (deterministic).  By default a waiting side spins (``spin`` huge) and never parks; with
-    ``spin=0`` it parks on the eventcount after two looks (``tight_looks=0``), and ParkSleep
-    really blocks in futex_wait whenever the model says its futex word has not moved: the harness
-    then expects no report from it until a NotifyWake or a shutdown() moves the word (use a huge
-    ``recheck`` so that the sleep's own cap never ends it, and no timeouts: the cap of a timed
-    sleep is real time).  The model checks the ring steps (flags, order, cursors, the spec
-    invariants; ``Order`` is ORDER_QUEUE and payloads take any number of WriterWritePayload steps)
-    and the eventcount (the waiter counts and, for a parked side, whether its futex word moved,
-    against the segment's words); every delivered object is checked against the writer's sequence
-    as it arrives; ``shutdown`` (a step option) calls MessageQueue.shutdown() in the process right
-    before its next step, :meth:`shutdown_from_thread` on the process's control thread.
-    """
+    """One controlled run through a real MessageQueue (docs/stateful.md, *Scenarios*, *Parking*):
+    writer and ``n_local`` local readers are stepped, ``n_remote`` remote readers (TCP) run free.
+    Waiting runs in virtual time (``quantum`` seconds a hook call); by default a waiting side spins,
+    with ``spin=0`` it parks after two looks (``tight_looks=0``) and a ParkSleep whose futex word
+    has not moved really blocks: no report until a NotifyWake or a shutdown() moves it (use a huge
+    ``recheck`` and no timeouts: a timed sleep's cap is real time). After every step: the ring
+    steps and invariants against the model (``Order`` ORDER_QUEUE, any number of payload steps),
+    the eventcount words, every delivered object against the writer's sequence."""
 
     #: extra setup options for the writer's / the hooked readers' programs (worker.py; arena_run.py)
     writer_opts: dict = {}
@@ -36,8 +29,6 @@ class QueueRun(RunBase):
     def __init__(self, pool: Pool, *, n_local: int, n_remote: int, objs: list, max_chunk_bytes: int, max_chunks: int,
                  writer_timeout: float | None = None, reader_timeout: float | None = None, quantum: float = 1e-3,
                  cursors: bool = True, spin: float = 1e9, recheck: float = 0.05, tight_looks: int | None = None) -> None:
-        from .model import ORDER_QUEUE
-
         self.objs = list(objs)
         self.M = len(objs)
         self.n_local, self.n_remote = n_local, n_remote
@@ -67,15 +58,16 @@ class QueueRun(RunBase):
             waiting["tight_looks"] = tight_looks
         try:
             try:
-                handle = setup_queue(self.writer.worker, [pr.worker for pr in self.procs[:-1]], {
-                    "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes, "max_chunks": max_chunks,
-                    "objs": self.objs, "timeout": writer_timeout, "quantum": quantum, "hooked": n_local > 0,
-                    **waiting, **self.writer_opts,
-                }, lambda r: {"M": self.M, "timeout": reader_timeout if self.procs[r].hooked else None, "quantum": quantum,
-                              "hooked": self.procs[r].hooked,
-                              **({**waiting, **self.reader_opts} if self.procs[r].hooked else {})},
+                handshake(self.writer.worker, ("mq_writer", {
+                    "p": n_local, "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
+                    "max_chunks": max_chunks, "objs": self.objs, "timeout": writer_timeout, "quantum": quantum,
+                    "hooked": n_local > 0, **waiting, **self.writer_opts}),
+                    [pr.worker for pr in self.procs[:-1]],
+                    lambda r, h: ("mq_reader", {"p": r, "handle": h, "M": self.M, "quantum": quantum, "hooked": self.procs[r].hooked,
+                                                "timeout": reader_timeout if self.procs[r].hooked else None,
+                                                **({**waiting, **self.reader_opts} if self.procs[r].hooked else {})}),
                     on_handle=self._attach)
-            except WorkerError as e:
+            except ChildError as e:
                 self._fail("worker error", str(e))
             for pr in self.procs:
                 if pr is self.writer and n_local == 0:
@@ -84,14 +76,12 @@ class QueueRun(RunBase):
                 if pr.hooked:
                     self._absorb(pr, pr.worker.recv())
                     self._events(pr)
+            for pr in self.runnable():
+                self._check_pending(pr)
+            self._after_step()
         except BaseException:
             self.close()
             raise
-        for pr in self.runnable():
-            self._check_pending(pr)
-        if self.ring is not None:
-            self._check_real_state()
-            self._check_park_words()
 
     def _attach(self, handle) -> None:
         """The harness maps the queue's segments (before the readers attach: then they are unlinked)."""
@@ -164,12 +154,10 @@ class QueueRun(RunBase):
 
     def _after_step(self) -> None:
         self._wake_sleepers()
-        if self.ring is not None:
-            self._check_real_state()
-            self._check_park_words()
-        bad = self.model.violations(self.cursors)
-        if bad:
-            self._fail("Violation", "; ".join(bad))
+        self._check_park_words()
+        m = self.model
+        flags = [m.flags(c) if self.ring is None else self.ring.flags(c) for c in range(m.N)]
+        self._checked(check_state, m, flags, None, self.cursors)
 
     def sleeping(self) -> list[Proc]:
         return [pr for pr in self.procs if pr.sleeping]
@@ -180,7 +168,8 @@ class QueueRun(RunBase):
         if shutdown:
             m.shutdown(pr.p)  # the worker calls shutdown() in its hook, before the access
         blocks = action == "ParkSleep" and m.sleep_blocks(pr.p)
-        self.schedule.append(f"{pr.name}:{action}@{index}" + (" +shutdown" if shutdown else "") + (" (blocks)" if blocks else ""))
+        self.schedule.append(f"{pr.name}:{action}@{index}" + (f" r{extra}" if extra is not None else "")
+                             + (" +shutdown" if shutdown else "") + (" (blocks)" if blocks else ""))
         pr.worker.send(("step", {"shutdown": shutdown}))
         if blocks:
             # futex_wait really blocks: no report until a NotifyWake or a shutdown moves the word
@@ -199,10 +188,7 @@ class QueueRun(RunBase):
 
     def _take(self, pr: Proc, action: str, index: int, extra=None) -> None:
         """The model takes the step ``pr`` has executed; it goes into the trace."""
-        try:
-            self.model.step(pr.p, action, index, extra)
-        except Conformance as e:
-            self._fail("Conformance", str(e))
+        self._checked(self.model.step, pr.p, action, index, extra)
         self.records.append((action, pr.p))
 
     def trace(self) -> dict:
@@ -280,7 +266,7 @@ class QueueRun(RunBase):
                 pr.sleeping = False
                 try:
                     pr.worker.shutdown_from_thread()
-                except (WorkerError, OSError):
+                except (ChildError, OSError):
                     pass
         try:
             # readers first: a writer closing with messages queued for a live subscriber lingers
@@ -290,28 +276,6 @@ class QueueRun(RunBase):
             if self.ring is not None:
                 self.ring.close()
                 self.ring = None
-
-
-def setup_queue(writer, readers: list, writer_params: dict, reader_params, on_handle=None):
-    """The handle -> attached -> go exchange of a MessageQueue run on pooled workers: the writer
-    makes the queue and sends its handle (``on_handle(handle)`` runs before any reader attaches),
-    reader ``r`` attaches with ``reader_params(r)``, then every process is told to go.  Returns
-    the handle; WorkerError names the side whose setup failed."""
-    writer.send(("mq_writer", {"role": "writer", **writer_params}))
-    msg = writer.recv()
-    if msg[0] != "handle":
-        raise WorkerError(f"writer setup failed: {msg[1] if len(msg) > 1 else msg}")
-    handle = msg[1]
-    if on_handle is not None:
-        on_handle(handle)
-    for r, w in enumerate(readers):
-        w.send(("mq_reader", {"role": "reader", "handle": handle, "rank": r, **reader_params(r)}))
-        msg = w.recv()
-        if msg[0] != "attached":
-            raise WorkerError(f"reader {r} setup failed: {msg[1] if len(msg) > 1 else msg}")
-    for w in [*readers, writer]:
-        w.send(("go",))
-    return handle
 
 
 def _same(a, b) -> bool:
@@ -336,19 +300,14 @@ def free_run(pool: Pool, objs: list, *, n_local: int, n_remote: int, max_chunk_b
     n_reader = n_local + n_remote
     workers = pool.ensure(n_reader + 1)
     wk, rks = workers[n_reader], workers[:n_reader]
-    got: dict[int, list] = {}
     try:
-        setup_queue(wk, rks, {"n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
-                              "max_chunks": max_chunks, "objs": list(objs), "hooked": False, "spin": 100e-6,
-                              "delays": list(writer_delays)},
-                    lambda r: {"M": len(objs), "hooked": False, "spin": 100e-6,
-                               "delays": list(reader_delays[r] if reader_delays else ())})
-        for r, w in enumerate([*rks, wk]):
-            msg = w.recv(timeout)
-            if msg[0] != "done":
-                raise WorkerError(f"{'writer' if w is wk else f'reader {r}'} failed: {msg[1] if len(msg) > 1 else msg}")
-            if w is not wk:
-                got[r] = [ev[1] for ev in msg[-1] if ev[0] == "delivered"]
+        handshake(wk, ("mq_writer", {"p": n_reader, "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
+                                     "max_chunks": max_chunks, "objs": list(objs), "hooked": False, "spin": 100e-6,
+                                     "delays": list(writer_delays)}),
+                  rks, lambda r, h: ("mq_reader", {"p": r, "handle": h, "M": len(objs), "hooked": False, "spin": 100e-6,
+                                                   "delays": list(reader_delays[r] if reader_delays else ())}))
+        got = {r: [ev[1] for ev in w.expect("done", timeout, f"reader {r}")[-1] if ev[0] == "delivered"] for r, w in enumerate(rks)}
+        wk.expect("done", timeout, "the writer")
     finally:
         pool.stop_all(rks)
         pool.stop_all([wk])

@@ -1,27 +1,27 @@
 """One schedule-controlled run of the ring-level protocol: :class:`RingRun` (1 writer + NR
-readers, each a real process of the pool on the real segment), checked after every step by
-:func:`ringcast.trace.check.check_step` (the same check the trace replay of
-:mod:`ringcast.trace.serial` runs).  :class:`RunBase` is what it shares with the MessageQueue runs
-(queue_run.py): the processes, the reports, the fair drain.  Plain classes: the Hypothesis state
-machines (machine.py) drive them."""
+readers, each a pooled process on the real segment), checked after every step by
+:func:`ringcast.trace.check.check_step` (as the trace replay of :mod:`ringcast.trace.serial`).
+:class:`RunBase` is what it shares with the MessageQueue runs (queue_run.py): the processes, the
+reports, the fair drain. The Hypothesis state machines (machine.py) drive them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ringcast.ring import ShmRingBuffer
-from ringcast.trace.check import StepRecord, check_step, observe
+from ringcast.trace.check import StepRecord, check_state, check_step, observe
+from ringcast.trace.child import ChildProcess, handshake
+from ringcast.trace.model import Conformance, RingModel, Violation
+from ringcast.trace.payload import PAYLOAD_OVERHEAD, decode
 
-from . import worker as _worker
-from .model import Conformance, RingModel, Violation
-from .pool import Pool, PooledWorker
-from .variants import READER_MODEL, WRITER_MODEL
+from .pool import Pool
+from .variants import READER_MODEL, READERS, WRITER_MODEL, WRITERS
 
 
 @dataclass
 class Proc:
     p: int  # spec process id (readers 0..NR-1, writer NR)
-    worker: PooledWorker
+    worker: ChildProcess
     name: str
     pending: tuple | None = None  # (action, index, extra) it is blocked before, None when done
     hooked: bool = True
@@ -52,6 +52,24 @@ class RunBase:
     def _fail(self, kind: str, detail: str):
         raise ScheduleFailure(kind, detail, self.schedule, self)
 
+    def _checked(self, fn, *args, **kw):
+        """``fn(*args, **kw)``, a check: its Conformance or Violation fails the run."""
+        try:
+            return fn(*args, **kw)
+        except (Conformance, Violation) as e:
+            self._fail(type(e).__name__, str(e))
+
+    def step_until(self, pr: Proc, want, limit: int = 60) -> None:
+        """Step ``pr`` alone until ``want(run)`` holds (an action name: until it is about to execute it)."""
+        if isinstance(want, str):
+            action, want = want, lambda run: pr.pending is not None and pr.pending[0] == action
+        for _ in range(limit):
+            if want(self):
+                return
+            assert pr.pending is not None, f"{pr.name} finished first: {self.schedule}"
+            self.step(pr)
+        raise AssertionError(f"{pr.name} did not get there in {limit} steps: {self.schedule}")
+
     def runnable(self) -> list[Proc]:
         return [pr for pr in self.procs if pr.hooked and pr.pending is not None and not pr.sleeping]
 
@@ -70,13 +88,6 @@ class RunBase:
         else:
             self._fail("protocol", f"{pr.name} answered {msg!r}")
         pr.events = list(events)
-
-    def _check_real_state(self) -> None:
-        m = self.model
-        for c in range(m.N):
-            real = self.ring.flags(c)
-            if real != m.flags(c):
-                self._fail("Conformance", f"chunk {c} flags in the segment are {real.hex()} but the spec's are {m.flags(c).hex()}")
 
     def _check_pending(self, pr: Proc) -> None:
         m = self.model
@@ -130,57 +141,35 @@ class RingRun(RunBase):
     by two WriterWritePayload steps, like the spec's TwoStepPayload).
     """
 
-    def __init__(
-        self,
-        pool: Pool,
-        *,
-        N: int,
-        NR: int,
-        sizes: list[int],
-        writer: str = "correct",
-        reader: str = "correct",
-        skip_readers: tuple[int, ...] | None = None,
-        cursors: bool = True,
-        max_chunk_bytes: int | None = None,
-        record: bool = False,
-    ) -> None:
+    def __init__(self, pool: Pool, *, N: int, NR: int, sizes: list[int], writer: str = "correct", reader: str = "correct",
+                 cursors: bool = True, max_chunk_bytes: int | None = None, record: bool = False) -> None:
         self.params = dict(N=N, NR=NR, sizes=list(sizes), writer=writer, reader=reader, cursors=cursors,
                            max_chunk_bytes=max_chunk_bytes)
         self.pids: list[int] = []
-        self.N, self.NR, self.sizes = N, NR, list(sizes)
-        self.M = len(sizes)
+        self.N, self.NR, self.sizes, self.M = N, NR, list(sizes), len(sizes)
         self.writer_variant, self.reader_variant = writer, reader
         self.cursors = cursors
         self.schedule: list[str] = []
         self.trace: list[tuple[str, int, dict]] | None = [] if record else None
-        mkw = dict(WRITER_MODEL[writer])
-        mkw.update(READER_MODEL[reader])
-        self.model = RingModel(N, NR, self.M, payload_parts=2, **mkw)
-        mcb = max_chunk_bytes or max([0, *sizes]) + _worker.PAYLOAD_OVERHEAD
+        self.model = RingModel(N, NR, self.M, payload_parts=2, **WRITER_MODEL[writer], **READER_MODEL[reader])
         self.pool = pool
         workers = pool.ensure(NR + 1)
-        self.ring = ShmRingBuffer(NR, mcb, N)
-        self.procs = []
+        self.ring = ShmRingBuffer(NR, max_chunk_bytes or max([0, *sizes]) + PAYLOAD_OVERHEAD, N)
+        self.procs = [*(Proc(r, workers[r], f"R{r}") for r in range(NR)), Proc(NR, workers[NR], "W")]
+        h = self.ring.handle()
         try:
-            for r in range(NR):
-                self.procs.append(Proc(r, workers[r], f"R{r}"))
-            self.procs.append(Proc(NR, workers[NR], "W"))
-            h = self.ring.handle()
-            for pr in self.procs:
-                if pr.p == NR:
-                    pr.worker.send(("ring", {"handle": h, "role": "writer", "variant": writer, "sizes": self.sizes}))
-                else:
-                    pr.worker.send(("ring", {"handle": h, "role": "reader", "variant": reader, "r": pr.p, "M": self.M}))
+            handshake(workers[NR], ("ring", {"role": "writer", "p": NR, "handle": h, "endpoint": WRITERS[writer],
+                                             "sizes": self.sizes}),
+                      workers[:NR], lambda r, _: ("ring", {"role": "reader", "p": r, "handle": h, "endpoint": READERS[reader],
+                                                           "M": self.M}))
+            self.ring.unlink()  # every worker has attached: the name can go
             for pr in self.procs:
                 self._absorb(pr, pr.worker.recv())
+                self._check_pending(pr)
+            self._checked(check_state, self.model, observe(self.ring, decode)[0])
         except BaseException:
             self.close()
             raise
-        # every worker has attached (it reported its first step): the name can go
-        self.ring.unlink()
-        for pr in self.procs:
-            self._check_pending(pr)
-        self._check_real_state()
 
     def describe(self) -> str:
         return f"ring N={self.N} NR={self.NR} M={self.M} writer={self.writer_variant} reader={self.reader_variant}"
@@ -191,15 +180,8 @@ class RingRun(RunBase):
         self.pids.append(pr.p)
         pr.worker.send(("step", {}))
         self._absorb(pr, pr.worker.recv())
-        copied = [v for (kind, v) in pr.events if kind == "copied"]
-        rec = StepRecord(pr.p, action, index, extra, *observe(self.ring, _worker.decode),
-                         copied=(copied[0] if len(copied) == 1 else copied) if action == "ReaderCopy" else None)
-        try:
-            check_step(self.model, rec, cursors=self.cursors, trace=self.trace)
-        except Conformance as e:
-            self._fail("Conformance", str(e))
-        except Violation as e:
-            self._fail("Violation", str(e))
+        rec = StepRecord.of(pr.p, action, index, extra, pr.events, *observe(self.ring, decode))
+        self._checked(check_step, self.model, rec, cursors=self.cursors, trace=self.trace)
         self._check_pending(pr)
 
     def check_complete(self) -> None:
@@ -215,8 +197,6 @@ class RingRun(RunBase):
                 self.ring.unlink()
                 self.ring.close()
                 self.ring = None
-
-
 
 
 def trace_of(run: RingRun) -> dict:

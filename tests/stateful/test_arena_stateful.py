@@ -11,40 +11,20 @@ reader's slots: NoDeadLeak). Each is found by the search, and by one explicit sc
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from .arena_run import ArenaRun, arena_array
-from .machine import STRESS, arena_machine, budget
+from .machine import arena_machine, budget, search
 from .ring_run import ScheduleFailure
 
 pytest.importorskip("numpy")
 pytestmark = pytest.mark.timeout(240)
 
-RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or STRESS
-
 
 def test_arena_protocol(pool):
     """Interleavings of placements, fallbacks, views kept and dropped, a reader killed holding views."""
     run_state_machine_as_test(arena_machine(pool), settings=budget(30, 60))
-
-
-def _until(run: ArenaRun, pr, want, limit: int = 60) -> None:
-    """Step ``pr`` alone until ``want(run)`` holds."""
-    for _ in range(limit):
-        if want(run):
-            return
-        assert pr.pending is not None, f"{pr.name} finished first: {run.schedule}"
-        run.step(pr)
-    raise AssertionError(f"{pr.name} did not get there in {limit} steps: {run.schedule}")
-
-
-def _at(pr, action: str):
-    return lambda run: pr.pending is not None and pr.pending[0] == action
 
 
 def _delivered(pr, n: int):
@@ -57,9 +37,9 @@ def _dead_holder_run(pool, writer: str) -> ArenaRun:
     objs = [arena_array(k, 1000) for k in (1, 2, 3)]
     run = ArenaRun(pool, n_local=2, objs=objs, max_chunks=2, slots=1, writer=writer)
     w, r0, r1 = run.writer, run.procs[0], run.procs[1]
-    _until(run, w, lambda run: run.model.msg == 2 and _at(w, "ArenaClaim")(run))
-    _until(run, r0, _delivered(r0, 1))
-    _until(run, r1, _delivered(r1, 1))
+    run.step_until(w, lambda run: run.model.msg == 2 and w.pending is not None and w.pending[0] == "ArenaClaim")
+    run.step_until(r0, _delivered(r0, 1))
+    run.step_until(r1, _delivered(r1, 1))
     run.drop(r0, 1)
     run.step(r0)  # its ArenaRelease
     assert run.crashable() == [r1]
@@ -89,8 +69,8 @@ def test_run_stopped_inside_a_release_leaves_a_working_pool(pool):
         pids = [w.pid for w in pool.workers]
         try:
             w, r0 = run.writer, run.procs[0]
-            _until(run, w, lambda run: w.pending is None)
-            _until(run, r0, _delivered(r0, 1))
+            run.step_until(w, lambda run: w.pending is None)
+            run.step_until(r0, _delivered(r0, 1))
             run.drop(r0, 1)
             assert r0.pending == ("ArenaRelease", 0, None), run.schedule
         finally:
@@ -117,11 +97,11 @@ def test_known_release_at_dequeue_counterexample(pool):
                    reader="release_at_dequeue")
     try:
         w, r0 = run.writer, run.procs[0]
-        _until(run, w, lambda run: run.model.msg == 2 and _at(w, "ArenaClaim")(run))
-        _until(run, r0, _at(r0, "ArenaRelease"))  # during its ReaderCopy of message 1
+        run.step_until(w, lambda run: run.model.msg == 2 and w.pending is not None and w.pending[0] == "ArenaClaim")
+        run.step_until(r0, "ArenaRelease")  # during its ReaderCopy of message 1
         run.step(r0)
         with pytest.raises(ScheduleFailure) as ei:
-            _until(run, w, _at(w, "ArenaWrite"))
+            run.step_until(w, "ArenaWrite")
         e = ei.value
         assert e.kind == "Violation" and e.detail.startswith("Arena.NoOverwrite"), str(e)
         assert e.schedule[-2:] == ["W:ArenaClaim@0", "W:ArenaClearWritten@0"], str(e)
@@ -130,11 +110,8 @@ def test_known_release_at_dequeue_counterexample(pool):
 
 
 def _search(pool, reader: str = "correct", writer: str = "correct", max_examples: int = 200) -> ScheduleFailure:
-    s = settings(settings.default, max_examples=max_examples, stateful_step_count=60, report_multiple_bugs=False,
-                 database=None, suppress_health_check=list(HealthCheck), derandomize=not RANDOM_SEARCH,
-                 phases=list(Phase) if RANDOM_SEARCH else [Phase.explicit, Phase.reuse, Phase.generate])
     with pytest.raises(ScheduleFailure) as ei:
-        run_state_machine_as_test(arena_machine(pool, reader=reader, writer=writer), settings=s)
+        run_state_machine_as_test(arena_machine(pool, reader=reader, writer=writer), settings=search(max_examples, 60))
     print(f"\n[{reader}/{writer}] found: {ei.value}")
     return ei.value
 

@@ -2,69 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import pytest
 
-from .bench_hook import (measure, measure_arena, stripped_arena_module, stripped_endpoint_module, stripped_ring_module,
-                         stripped_waiting_module)
+from .bench_hook import measure, measure_arena, stripped
 
 pytestmark = pytest.mark.timeout(60)
 
-
-def test_stripped_build_removes_every_hook_check():
-    ns, removed = stripped_ring_module()
-    import inspect
-
-    from ringcast import ring
-
-    actions = inspect.getsource(ring).count("# Spec: ")
-    assert actions >= 10 and removed == actions  # one per ring action (WriterClaim .. ReaderAck, WriterEvict)
-    for cls in ("RingWriter", "RingReader"):
-        for name, fn in vars(ns[cls]).items():
-            if callable(fn) and name.startswith(("_writer_", "_reader_")):
-                assert "_steps" not in fn.__code__.co_names, name
+#: module -> (its checks: one per ``# Spec:`` action, in the modules it is built from; the classes
+#: and the prefixes of their step methods that must not look at the hook)
+STRIPPED = {
+    "ring": (("ring",), ("RingWriter", "RingReader"), ("_writer_", "_reader_")),  # WriterClaim .. ReaderAck, WriterEvict
+    "waiting": (("waiting",), ("EventCount", "Waiter"), ("_park_", "_notify_")),  # ParkSnapshot .. NotifyWake
+    "endpoint": (("ring", "waiting", "endpoint"), ("WriterEndpoint", "ReaderEndpoint"), ("",)),  # + the overflow send/receive
+    "arena": (("arena",), ("ArenaWriter", "ArenaReader"), ("_arena_",)),  # ArenaClaim .. ArenaFallback, ArenaRelease
+}
+CHECKS = {"ring": None, "waiting": 7, "endpoint": 10 + 7 + 2, "arena": 8}
 
 
-def test_stripped_waiting_removes_every_hook_check():
-    ns, removed = stripped_waiting_module()
-    import inspect
+@pytest.mark.parametrize("name", sorted(STRIPPED))
+def test_stripped_build_removes_every_hook_check(name):
+    mods, classes, prefixes = STRIPPED[name]
+    ns, removed = stripped(name)
+    actions = sum(inspect.getsource(importlib.import_module(f"ringcast.{m}")).count("# Spec: ") for m in mods)
+    assert removed == actions and (actions >= 10 if CHECKS[name] is None else actions == CHECKS[name]), (removed, actions)
+    for cls in classes:
+        for fname, fn in vars(ns[cls]).items():
+            if callable(fn) and fname.startswith(prefixes):
+                assert "_steps" not in fn.__code__.co_names, (cls, fname)
+    if name == "endpoint":  # built on the stripped ring
+        from ringcast import ring
 
-    from ringcast import waiting
-
-    actions = inspect.getsource(waiting).count("# Spec: ")
-    assert actions == removed == 7  # ParkSnapshot .. NotifyWake
-    for cls in ("EventCount", "Waiter"):
-        for name, fn in vars(ns[cls]).items():
-            if callable(fn) and name.startswith(("_park_", "_notify_")):
-                assert "_steps" not in fn.__code__.co_names, name
-
-
-def test_stripped_endpoint_removes_every_hook_check():
-    ns, removed = stripped_endpoint_module()
-    import inspect
-
-    from ringcast import endpoint, ring, waiting
-
-    actions = sum(inspect.getsource(m).count("# Spec: ") for m in (ring, waiting, endpoint))
-    assert actions == removed == 10 + 7 + 2  # the ring's, the eventcount's, the overflow send/receive
-    for cls in ("WriterEndpoint", "ReaderEndpoint"):
-        for name, fn in vars(ns[cls]).items():
-            if callable(fn):
-                assert "_steps" not in fn.__code__.co_names, name
-    assert ns["WriterEndpoint"].__init__.__globals__["RingWriter"] is not ring.RingWriter  # built on the stripped ring
-
-
-def test_stripped_arena_removes_every_hook_check():
-    ns, removed = stripped_arena_module()
-    import inspect
-
-    from ringcast import arena
-
-    actions = inspect.getsource(arena).count("# Spec: ")
-    assert actions == removed == 8  # ArenaClaim .. ArenaPublish, ArenaReclaimDead, ArenaFallback, ArenaRelease
-    for cls in ("ArenaWriter", "ArenaReader"):
-        for name, fn in vars(ns[cls]).items():
-            if callable(fn) and name.startswith("_arena_"):
-                assert "_steps" not in fn.__code__.co_names, name
+        assert ns["WriterEndpoint"].__init__.__globals__["RingWriter"] is not ring.RingWriter
 
 
 def test_bench_runs():

@@ -29,22 +29,12 @@ def _run(pool, **kw) -> QueueRun:
     return QueueRun(pool, **PARK, **kw)
 
 
-def _step_until(run: QueueRun, pr, action: str, limit: int = 50) -> None:
-    """Step ``pr`` alone until it is about to execute ``action``."""
-    for _ in range(limit):
-        assert pr.pending is not None, f"{pr.name} finished before {action}: {run.schedule}"
-        if pr.pending[0] == action:
-            return
-        run.step(pr)
-    raise AssertionError(f"{pr.name} did not reach {action} in {limit} steps: {run.schedule}")
-
-
 def _park_reader(run: QueueRun, pr) -> None:
     """Reader ``pr`` (nothing published yet) goes through the whole park and falls asleep."""
     for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
-        _step_until(run, pr, action)
+        run.step_until(pr, action)
         run.step(pr)
-    _step_until(run, pr, "ParkSleep", limit=3)  # the re-check's loads: still nothing published
+    run.step_until(pr, "ParkSleep", limit=3)  # the re-check's loads: still nothing published
     assert run.model.sleep_blocks(pr.p)
     run.step(pr)
     assert pr.sleeping and pr not in run.runnable()
@@ -80,7 +70,7 @@ def test_notify_wakes_parked_reader(pool):
     try:
         r0, w = run.procs[0], run.writer
         _park_reader(run, r0)
-        _step_until(run, w, "NotifyLoadWaiters", limit=20)
+        run.step_until(w, "NotifyLoadWaiters", limit=20)
         run.step(w)
         assert w.pending[0] == "NotifyWake" and r0.sleeping  # it saw the waiter; the sleeper still sleeps
         run.step(w)
@@ -100,12 +90,12 @@ def test_notify_wakes_parked_writer(pool):
     try:
         r0, w = run.procs[0], run.writer
         for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
-            _step_until(run, w, action, limit=30)
+            run.step_until(w, action, limit=30)
             run.step(w)
-        _step_until(run, w, "ParkSleep", limit=2)
+        run.step_until(w, "ParkSleep", limit=2)
         run.step(w)
         assert w.sleeping and run.model.waiters["W"] == 1
-        _step_until(run, r0, "NotifyWake", limit=20)
+        run.step_until(r0, "NotifyWake", limit=20)
         run.step(r0)
         assert not w.sleeping and w.pending[0] == "ParkRetire", run.schedule
         run.drain()

@@ -1,41 +1,24 @@
-"""The harness must catch deliberately broken variants of the protocol (variants.py), name the
-invariant that catches each, and shrink each counterexample.  The shrunk schedules are printed
-(run with -s).
+"""The harness must catch the planted bugs (variants.py), name the invariant that catches each,
+and shrink each counterexample (printed: run with -s). Two kinds of test, so that no verdict
+depends on which counterexample a search happens to meet (docs/stateful.md, *Planted bugs*):
 
-Two kinds of test, so that no verdict depends on which counterexample a search happens to meet:
-
-* ``test_planted_bug_is_caught*``: Hypothesis searches for a counterexample (with a fixed seed:
-  ``derandomize``, outside the ``stress`` profile), the harness's minimizer (shrink.minimize:
-  smaller parameters, then delta debugging on the steps, replayed on the real processes) shrinks
-  it, and the test asserts the kind of failure and that the invariant that caught it is one that
-  can catch that bug (for two bugs at once, either may strike first).  The shrunk
-  length is printed, never bounded: how short a found counterexample shrinks depends on where
-  the search started.  Under the ``stress`` profile (or RINGCAST_HYPOTHESIS_SHRINK=1) the search
-  is random, longer, and Hypothesis's own shrinker runs as well.
-* ``test_known_counterexample_*``: one explicit schedule per bug, replayed on the real processes:
-  it fails with the named invariant at exactly its last step, and it is 1-minimal (without any
-  single one of its steps it no longer fails that way), so its length is a fact, not luck.
-
-With ``cursors=True`` (the default) the harness also checks its Cursors invariant (a side's
-chunk index is its message count modulo N), which catches a skipping side at the skip; the
-``*_spec_invariants_only`` test checks that the spec's own invariants (NoDataRace, NoOverwrite,
-InOrder) catch every planted bug as well.
+* ``test_planted_bug_is_caught*``: a derandomized Hypothesis search (random under the ``stress``
+  profile) finds a counterexample, shrink.minimize shrinks it on the real processes, and the
+  invariant that caught it must be one that can catch that bug; the shrunk length is printed,
+  never bounded. ``*_spec_invariants_only``: the same without the harness's Cursors.
+* ``test_known_counterexample_*``: one explicit schedule per bug fails with the named invariant
+  at exactly its last step and is 1-minimal, so its length is a fact, not luck.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from .machine import ring_machine
+from .machine import ring_machine, search
 from .ring_run import ScheduleFailure
 from .shrink import minimize, replay
-
-RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or os.environ.get("HYPOTHESIS_PROFILE") == "stress"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,13 +44,8 @@ def find_bug(pool, writer, reader, cursors, max_examples=400):
         pool, writer=writer, reader=reader, cursors=cursors,
         N=st.integers(1, 3), NR=st.integers(1, 2), sizes=st.lists(st.integers(0, 3), min_size=1, max_size=6),
     )
-    s = settings(
-        settings.default, max_examples=max_examples, stateful_step_count=40, report_multiple_bugs=False,
-        database=None, suppress_health_check=list(HealthCheck), derandomize=not RANDOM_SEARCH,
-        phases=list(Phase) if RANDOM_SEARCH else [Phase.explicit, Phase.reuse, Phase.generate],
-    )
     with pytest.raises(ScheduleFailure) as ei:
-        run_state_machine_as_test(m, settings=s)
+        run_state_machine_as_test(m, settings=search(max_examples, 40))
     found = ei.value
     shrunk = minimize(pool, found)
     print(f"\nfound with {len(found.schedule)} steps, shrunk to {len(shrunk.schedule)} ({shrunk.params}); pids {shrunk.pids}")

@@ -11,7 +11,7 @@ from .machine import budget, ring_machine
 from ringcast.trace.serial import record_runs
 
 from .ring_run import RingRun, ScheduleFailure, trace_of
-from .tracecheck import validate
+from ringcast.trace.tracecheck import validate
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1
 

@@ -1,6 +1,6 @@
 """Trace recording and validation against spec/Ring.tla (test support that ``ringcast stress
---record-trace`` also uses): :mod:`.model` the reference model of the spec, :mod:`.payload` the
-self-checking ring-level payloads, :mod:`.serial` ring-level runs on real processes serialised by
-a global lock in the step hook, :mod:`.queue_serial` MessageQueue-level runs serialised the same
-way (parking, overflow), :mod:`.tracecheck` TLC trace validation. Not imported by
-``ringcast`` itself."""
+--record-trace`` also uses): :mod:`.model` the reference model of the spec, :mod:`.check` the
+check of one step, :mod:`.payload` the self-checking ring-level payloads, :mod:`.child` the child
+programs (ring and MessageQueue level, writer and reader) that tests/stateful steps through pipes
+and the recorders serialise by a lock, :mod:`.serial` / :mod:`.queue_serial` those recorders,
+:mod:`.tracecheck` TLC trace validation. Not imported by ``ringcast`` itself."""

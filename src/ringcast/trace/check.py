@@ -23,6 +23,12 @@ class StepRecord:
     data: list
     copied: object = None
 
+    @classmethod
+    def of(cls, p: int, action: str, index: int, extra, events: list, flags: list, data: list) -> "StepRecord":
+        """The record of a step whose process reported ``events`` (a ReaderCopy's ``("copied", v)``)."""
+        copied = [e[1] for e in events if e[0] == "copied"]
+        return cls(p, action, index, extra, flags, data, (copied[0] if len(copied) == 1 else copied) if action == "ReaderCopy" else None)
+
 
 def check_step(model: RingModel, rec: StepRecord, *, cursors: bool = True, trace: list | None = None) -> list:
     """Apply ``rec`` to ``model`` (the spec's action for that process, on that chunk) and check
@@ -38,17 +44,23 @@ def check_step(model: RingModel, rec: StepRecord, *, cursors: bool = True, trace
         trace.extend(taken)
     if rec.action == "ReaderCopy" and rec.copied != expect_copy:
         raise Conformance(f"{name} copied payload value {rec.copied} but the spec's chunk holds {expect_copy}")
+    check_state(model, rec.flags, rec.data, cursors)
+    return taken
+
+
+def check_state(model: RingModel, flags: list, data: list | None = None, cursors: bool = True) -> None:
+    """The segment's flag bytes (and decoded payloads, unless ``data`` is None) equal the spec's,
+    and the spec's invariants (plus Cursors, if ``cursors``) hold."""
     for c in range(model.N):
-        if bytes(rec.flags[c]) != model.flags(c):
-            raise Conformance(f"chunk {c} flags in the segment are {bytes(rec.flags[c]).hex()} but the spec's are "
+        if bytes(flags[c]) != model.flags(c):
+            raise Conformance(f"chunk {c} flags in the segment are {bytes(flags[c]).hex()} but the spec's are "
                               f"{model.flags(c).hex()}")
-    for c in range(model.N):
-        if rec.data[c] != model.data[c]:
-            raise Conformance(f"chunk {c} payload reads as {rec.data[c]} but the spec's data is {model.data[c]}")
+    for c in range(model.N) if data is not None else ():
+        if data[c] != model.data[c]:
+            raise Conformance(f"chunk {c} payload reads as {data[c]} but the spec's data is {model.data[c]}")
     bad = model.violations(cursors)
     if bad:
         raise Violation("; ".join(bad))
-    return taken
 
 
 def observe(ring, decode) -> tuple[list, list]:

