@@ -80,8 +80,39 @@ class SkippingReader(ReaderEndpoint):
         return False
 
 
+class EarlyAckReader(ReaderEndpoint):
+    """The last reader acks its first message BEFORE copying it, only when the writer waits to
+    claim that chunk: the next chunk holds a message nobody has read yet (the ring is full) and
+    every other reader has acked this one (spec: the ack store visible before the copy, EarlyAck;
+    a rarely reached state: tests/stateful/test_coverage.py, guided replay finds it)."""
+
+    first = True
+
+    def receive(self, copy_out, timeout=None, deadline=None):
+        self.wait_ready(timeout)
+        c, ring = self.cursor, self.ring
+        i, n = c.index, (c.index + 1) % ring.max_chunks
+        f, g = ring.flags(i), ring.flags(n)  # a peek, not a step
+        others = [q for q in range(ring.n_reader) if q != self.r]
+        bite = (self.first and self.r == ring.n_reader - 1 and others and n != i and g[0] == 1
+                and all(g[1 + q] == 0 for q in range(ring.n_reader)) and all(f[1 + q] == 1 for q in others))
+        self.first = False
+        if bite:
+            c._reader_ack()  # moves the cursor on; the chunk to copy is still i
+            _seek_reader(c, i)
+            with c._reader_copy() as view:
+                kept = copy_out(view)
+            _seek_reader(c, (i + 1) % ring.max_chunks)
+        else:  # the production order (ring-level programs only: no overflow marker)
+            with c._reader_copy() as view:
+                kept = copy_out(view)
+            c._reader_ack()
+        self.notifies.notify(self.r, c.index)
+        return kept, None
+
+
 WRITERS = {"correct": WriterEndpoint, "reversed": ReversedWriter, "scan_ahead": ScanAheadWriter}
-READERS = {"correct": ReaderEndpoint, "skip": SkippingReader}
+READERS = {"correct": ReaderEndpoint, "skip": SkippingReader, "early_ack": EarlyAckReader}
 
 #: model keyword arguments for each variant
 WRITER_MODEL = {
@@ -89,7 +120,7 @@ WRITER_MODEL = {
     "reversed": {"order": ORDER_PUBLISH_BEFORE_CLEAR},
     "scan_ahead": {"order": ORDER_CORRECT, "scan_ahead": True},
 }
-READER_MODEL = {"correct": {}, "skip": {"skip_reader": True}}
+READER_MODEL = {"correct": {}, "skip": {"skip_reader": True}, "early_ack": {}}  # early_ack: no spec switch at SC
 
 
 class ReleaseAtDequeueReader(ArenaReader):

@@ -1,0 +1,239 @@
+"""Guided replay: behaviours of a TLC model (ringcast.trace.coverage.covering_paths) forced on
+the real processes through the step-by-step driver (ring_run.RingRun), each step checked against
+the spec as the harness checks every step (check_step), and its state projected onto TLC's.
+
+A path's step names a process and the spec action it takes; the driver lets exactly that process
+take its next step, after checking that the step it is blocked before *is* that action.  A step
+the code cannot take (it is about to do something else, or is finished), a step whose check
+fails, or a step that lands the code in another spec state than the path's is a *finding*,
+reported with the path; nothing waits longer than the pool's reply timeout (pool.REPLY_TIMEOUT).
+
+Readers look on after their last message: the spec's readers never stop, so a reader that has
+delivered all M messages keeps looking at its next chunk (``ReaderLoadWritten`` /
+``ReaderLoadReadFlag``), as a production reader does that calls ``receive`` again.  The guided
+run's readers therefore run one receive more than the writer sends (:class:`LookingPool`) and
+its model never calls a reader finished (:class:`LookingModel`); a path ends with the readers
+still looking, and the run is closed (the workers are interrupted), not drained.
+
+Plain Hypothesis exploration is measured the same way (:func:`random_coverage`): the ring machine
+(machine.py) at the model's constants, each completed run's recorded steps replayed on a fresh
+model and projected.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ringcast.trace.coverage import Coverage, covering_paths
+from ringcast.trace.model import RingModel
+
+from .pool import Pool
+from .ring_run import RingRun, ScheduleFailure
+from .variants import READER_MODEL, WRITER_MODEL
+
+#: The constants RingRun implements (N, NR, M are a run's own): the correct writer and reader,
+#: a zero-filled segment, a payload written in two steps, no overflow, SC, no parking, nobody
+#: dies, no abort.
+RING_HARNESS = {"Order": "OrderCorrect", "SkipReader": "FALSE", "InitWritten": "0", "InitRead": "0",
+                "TwoStepPayload": "TRUE", "Big": "{}", "MM": '"SC"', "Parking": "FALSE", "CrashSet": "{}",
+                "Evict": "FALSE", "Abort": '"none"'}
+
+#: Manifest models the guided replay drives at the ring level, with their N, NR, M.
+RING_MODELS = {"ring_correct": (2, 2, 3), "ring_correct_n3": (3, 2, 6)}
+
+
+def harness_constants(N: int, NR: int, M: int) -> dict:
+    return {"N": str(N), "NR": str(NR), "M": str(M), **RING_HARNESS}
+
+
+class LookingModel(RingModel):
+    """The spec's readers never stop: a reader that delivered every message keeps looking."""
+
+    def finished(self, p: int) -> bool:
+        if p != self.Wr and p not in self.cancelled:
+            return False
+        return super().finished(p)
+
+
+class _LookingWorker:
+    def __init__(self, w, extra: int) -> None:
+        self.w, self.extra = w, extra
+
+    def send(self, cmd) -> None:
+        if cmd[0] == "ring" and cmd[1].get("role") == "reader":
+            cmd = ("ring", dict(cmd[1], M=cmd[1]["M"] + self.extra))
+        self.w.send(cmd)
+
+    def __getattr__(self, name):
+        return getattr(self.w, name)
+
+
+class LookingPool:
+    """A pool whose ring readers run ``extra`` receives more than the run's M."""
+
+    def __init__(self, pool: Pool, extra: int = 1) -> None:
+        self.pool, self.extra = pool, extra
+
+    def ensure(self, n: int) -> list:
+        return [_LookingWorker(w, self.extra) for w in self.pool.ensure(n)]
+
+    def stop_all(self, workers) -> dict:
+        return self.pool.stop_all([getattr(w, "w", w) for w in workers])
+
+
+@dataclass
+class Finding:
+    """A path step the code did not follow."""
+
+    path: int
+    step: int
+    detail: str
+    schedule: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        steps = "\n".join(f"  {k + 1:3d}. {s}" for k, s in enumerate(self.schedule))
+        return f"path {self.path}, step {self.step}: {self.detail}\nschedule:\n{steps}"
+
+
+def _names(NR: int, p: int) -> str:
+    return "W" if p == NR else f"R{p}"
+
+
+def replay(pool: Pool, cov: Coverage, path: list, *, N: int, NR: int, M: int, sizes=None, reader: str = "correct",
+           writer: str = "correct", number: int = 0) -> Finding | None:
+    """Force ``path`` (graph edges ``(i, j, p, action)`` from the initial state) on real processes;
+    every state and transition reached goes into ``cov``.  Returns the finding, if any."""
+    sizes = list(sizes or [3 + 2 * k for k in range(M)])
+    run = RingRun(LookingPool(pool), N=N, NR=NR, sizes=sizes, writer=writer, reader=reader, record=True)
+    try:
+        run.model = LookingModel(N, NR, M, payload_parts=2, **{**WRITER_MODEL[writer], **READER_MODEL[reader]})
+        procs = {pr.p: pr for pr in run.procs}
+        k = cov.start(run.model)
+        for n, (i, j, p, action) in enumerate(path):
+            pr = procs[p]
+            if k != i:
+                return Finding(number, n + 1, f"the code is in state {k}, the path's step starts in state {i}", run.schedule)
+            have = "done" if pr.pending is None else pr.pending[0]
+            if have != action:
+                return Finding(number, n + 1, f"{pr.name} is about to execute {have}, the path's next step is "
+                               f"{_names(NR, p)}:{action}", run.schedule + [f"{pr.name}:{action} (refused)"])
+            try:
+                run.step(pr)
+            except ScheduleFailure as e:
+                return Finding(number, n + 1, f"{e.kind}: {e.detail}", e.schedule)
+            k = cov.step(k, run.model, p, action)
+            if k != j:
+                return Finding(number, n + 1, f"{pr.name}:{action} led to state {k}, the path's is {j}", run.schedule)
+        return None
+    finally:
+        run.close()
+
+
+@dataclass
+class GuidedResult:
+    cov: Coverage
+    paths: int
+    steps: int
+    seconds: float
+    findings: list
+
+
+def guided(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, reader: str = "correct", writer: str = "correct",
+           only_states: bool = False, max_paths: int | None = None) -> GuidedResult:
+    """Replay a set of paths that covers every transition of ``cov.graph`` not reached yet (or,
+    with ``only_states``, every state); ``cov`` collects what the code reached."""
+    t0 = time.monotonic()
+    paths = covering_paths(cov.graph, done=cov.transitions, only_states=only_states)
+    if max_paths is not None:
+        paths = paths[:max_paths]
+    findings = []
+    for n, path in enumerate(paths, 1):
+        f = replay(pool, cov, path, N=N, NR=NR, M=M, reader=reader, writer=writer, number=n)
+        if f is not None:
+            findings.append(f)
+    return GuidedResult(cov, len(paths), sum(len(p) for p in paths), time.monotonic() - t0, findings)
+
+
+def replay_trace(cov: Coverage, trace: dict) -> None:
+    """A completed run's recorded spec steps (ring_run.trace_of) replayed on a fresh model (the
+    implicit steps included), every state after a step projected into ``cov``."""
+    m = RingModel(trace["N"], trace["NR"], trace["M"], payload_parts=2,
+                  **{**WRITER_MODEL[trace["writer"]], **READER_MODEL[trace["reader"]]})
+    k = cov.start(m)
+    for action, p, _ in trace["steps"]:
+        if action == "WriterClearReadFlag":
+            m.step(p, action, m.cursor(p), m.wr)
+        else:
+            m.step(p, action, m.cursor(p))
+        k = cov.step(k, m, p, action)
+
+
+def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examples: int = 50, steps: int = 60) -> float:
+    """Plain Hypothesis exploration (the ring machine at these constants, the profile's budget
+    capped like test_ring_protocol's): every completed run projected into ``cov``.  Returns the
+    seconds it took."""
+    from hypothesis import strategies as st
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from .machine import budget, ring_machine
+
+    t0 = time.monotonic()
+    traces: list = []
+    m = ring_machine(pool, N=st.just(N), NR=st.just(NR), sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M),
+                     record=traces)
+    run_state_machine_as_test(m, settings=budget(examples, steps))
+    for tr in traces:
+        replay_trace(cov, tr)
+    return time.monotonic() - t0
+
+
+def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
+    """A fresh Coverage of manifest model ``name`` (TLC's graph, :func:`dump_graph`) and the
+    model's (N, NR, M); a graph of other constants than the harness runs is refused
+    (:class:`ringcast.trace.coverage.ConstantMismatch`, naming the constant)."""
+    from ringcast.trace.coverage import check_constants, dump_graph
+
+    if name not in RING_MODELS:
+        raise KeyError(f"{name}: the guided replay drives {', '.join(RING_MODELS)} (ring level)")
+    g = dump_graph(name, spec=spec)
+    check_constants(g.constants, harness_constants(*RING_MODELS[name]))
+    return Coverage(g), RING_MODELS[name]
+
+
+def main(argv=None) -> int:
+    """``python -m tests.stateful.guided MODEL``: the coverage table of plain Hypothesis
+    exploration (``--random``) and of the guided replay, and the unreached states (``--unreached``)."""
+    import argparse
+
+    from ringcast.trace.coverage import format_report, report, unreached_text
+
+    ap = argparse.ArgumentParser(prog="python -m tests.stateful.guided", description=main.__doc__)
+    ap.add_argument("model", choices=sorted(RING_MODELS))
+    ap.add_argument("--spec", help="spec folder (default: the package's)")
+    ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring machine at the budget of test_ring_protocol, under the loaded Hypothesis profile)")
+    ap.add_argument("--unreached", metavar="FILE", default="coverage-unreached.txt",
+                    help="where the unreached states go, grouped by action (default %(default)s)")
+    args = ap.parse_args(argv)
+    pool = Pool(0)
+    try:
+        cov, (N, NR, M) = ring_coverage(args.model, args.spec)
+        if args.random:
+            secs = random_coverage(pool, cov, N=N, NR=NR, M=M)
+            print(format_report(report(cov), f"{args.model}, plain Hypothesis ({secs:.1f}s)"))
+            with open(args.unreached + ".random", "w") as f:
+                f.write(unreached_text(report(cov), cov.graph))
+        res = guided(pool, cov, N=N, NR=NR, M=M)
+        rep = report(cov)
+        print(format_report(rep, f"{args.model}, guided ({res.paths} paths, {res.steps} steps, {res.seconds:.1f}s)"))
+        with open(args.unreached, "w") as f:
+            f.write(unreached_text(rep, cov.graph))
+        for fd in res.findings:
+            print(f"FINDING {fd}")
+        return 1 if res.findings or rep["strays"] else 0
+    finally:
+        pool.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
