@@ -52,14 +52,15 @@ def test_floor_copies_out_of_band_buffers_out_or_hands_views():
 
 
 @pytest.mark.timeout(240)
-def test_harness_runs_and_reports(tmp_path):
+@pytest.mark.parametrize("acks", ["block", "poll"])
+def test_harness_runs_and_reports(tmp_path, acks):
     """Small and bounded: 1 reader, the 256 B dict, 1 repeat of 5 messages, ringcast and the floor
     (vLLM needs the peer; the fake loader of test_bench_loader stands in for it)."""
     loader = tmp_path / "fake_vllm_loader_h.py"
     loader.write_text("from ringcast import MessageQueue\n")
     out = tmp_path / "h.json"
     rc = harness.main(["--payload", "sched256", "--readers", "1", "--impl", "ringcast", "--impl", "floor", "--impl", "vllm",
-                       "--repeats", "1", "--scale", "0.01", "--vllm-loader", str(loader), "--out", str(out)])
+                       "--repeats", "1", "--scale", "0.01", "--acks", acks, "--vllm-loader", str(loader), "--out", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
     st = res["summary"]["sched256/1r"]
@@ -67,7 +68,7 @@ def test_harness_runs_and_reports(tmp_path):
     assert set(st["ratios"]) == {"rc/vllm", "rc/floor"} and all(v > 0 for v in st["ratios"].values())
     for v in st["impls"].values():
         assert v["p50_us"] > 0 and v["enqueue_p50_us"] > 0 and v["faults_mean"] >= 0
-    assert [x["when"] for x in res["loadavg"]] == ["start", "end"]
+    assert [x["when"] for x in res["loadavg"]] == ["start", "end"] and res["acks"] == acks
     assert "|" in harness.table(res)
 
 

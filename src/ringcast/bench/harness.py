@@ -16,6 +16,8 @@ Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same w
 of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
 ``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
+``--acks poll``: the writer polls the eventfd with ``sched_yield`` instead of blocking on it (what
+``ringcast bench``'s writer does), to measure what the waiting writer's CPU use changes.
 """
 
 from __future__ import annotations
@@ -119,8 +121,20 @@ def _reader_main(impl, info, index, efd_dup, conn, loader, heap) -> None:
         conn.close()
 
 
-def _wait_acks(efd: int, n: int, procs) -> None:
+def _wait_acks(efd: int, n: int, procs, poll: bool = False) -> None:
+    """Block on the eventfd until ``n`` acks came; ``poll``: look without blocking, ``sched_yield``
+    between looks (what ``ringcast bench``'s writer does with its shared-memory counters)."""
     got = 0
+    if poll:
+        deadline = time.monotonic() + _TIMEOUT
+        while got < n:
+            try:
+                got += os.eventfd_read(efd)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"harness: {n - got} of {n} readers did not acknowledge in {_TIMEOUT:.0f} s") from None
+                os.sched_yield()
+        return
     while got < n:
         if not select.select([efd], [], [], _TIMEOUT)[0]:
             dead = [p.name for p in procs if not p.is_alive()]
@@ -133,14 +147,14 @@ def _p50(xs: list) -> float:
     return xs[len(xs) // 2]
 
 
-def _writer_main(impl: str, n: int, conn, loader, heap: str) -> None:
+def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False) -> None:
     from multiprocessing.reduction import DupFd
 
     from .cases import make_payload
 
     apply_heap(heap)
     ctx = mp.get_context("spawn")
-    efd = os.eventfd(0)
+    efd = os.eventfd(0, os.EFD_NONBLOCK if poll else 0)
     send, info, connect, close = _open_writer(impl, n, loader)
     procs, conns = [], []
     payloads: dict = {}
@@ -164,10 +178,10 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str) -> None:
             if payload is None:
                 payload = payloads[name] = make_payload(name)
             send(("begin",))
-            _wait_acks(efd, n, procs)
+            _wait_acks(efd, n, procs, poll)
             for _ in range(_WARM.get(name, 10)):  # every chunk/slot touched once: measure the steady state
                 send(("w", 0, 0, payload))
-                _wait_acks(efd, n, procs)
+                _wait_acks(efd, n, procs, poll)
             enq, flt = [], []
             for seq in range(count):
                 f0 = minor_faults()
@@ -176,7 +190,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str) -> None:
                 t1 = mono()
                 flt.append(minor_faults() - f0)
                 enq.append(t1 - t)
-                _wait_acks(efd, n, procs)
+                _wait_acks(efd, n, procs, poll)
             send(("end",))
             lat = []
             for c in conns:
@@ -204,7 +218,7 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", progress=True) -> dict:
+def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True) -> dict:
     """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc."""
     ctx = mp.get_context("spawn")
     if loader is not None:
@@ -224,7 +238,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         try:
             for impl in live:
                 a, b = ctx.Pipe()
-                p = ctx.Process(target=_writer_main, args=(impl, n, b, loader, heap), name=f"harness-{impl}-w")  # not a daemon: it starts its readers
+                p = ctx.Process(target=_writer_main, args=(impl, n, b, loader, heap, acks == "poll"), name=f"harness-{impl}-w")  # not a daemon: it starts its readers
                 p.start()
                 b.close()
                 writers[impl] = (p, a)
@@ -270,7 +284,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         uptime = None
-    return {"heap": heap, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
+    return {"heap": heap, "acks": acks, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
@@ -312,12 +326,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="messages per batch x this")
     ap.add_argument("--heap", default="clean", choices=["clean", "warm", "torch"])
+    ap.add_argument("--acks", default="block", choices=["block", "poll"], help="the writer blocks on the eventfd (default) or polls it with sched_yield, as ringcast bench's writer does")
     ap.add_argument("--vllm-loader")
     ap.add_argument("--out", help="write the JSON result here")
     a = ap.parse_args(argv)
-    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap)
+    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks)
     print(table(res))
-    print(f"heap={res['heap']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
+    print(f"heap={res['heap']} acks={res['acks']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
