@@ -30,19 +30,13 @@ import time
 
 from ..pickling import PartsPickler
 from ..shm import Segment
+from ..stress.fences import usable_cpus
 
 __all__ = ["FloorWriter", "FloorReader", "floor_segment_bytes"]
 
 _LINE = 64
 _WORDS_PER_LINE = _LINE // 8
 _MAX_BUFS = 6  # out-of-band buffers per message (slot meta line: main_len, nbuf, 6 lengths)
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
 
 
 def _layout(n: int, slots: int, slot_bytes: int) -> tuple[int, int, int]:
@@ -71,7 +65,7 @@ class FloorWriter:
         self.words = self.buf.cast("Q")
         self.seq = 0
         self.pk = PartsPickler(tensors=True, one_thread=True)
-        self._yield = n_readers + 1 > _cpus()
+        self._yield = n_readers + 1 > usable_cpus()
 
     def handle(self) -> tuple:
         """What a reader needs: ``FloorReader(*handle, index)``."""
@@ -139,7 +133,7 @@ class FloorReader:
         self.slots, self.slot_bytes, self.view = slots, slot_bytes, view
         self.meta, self.data, _ = _layout(n, slots, slot_bytes)
         self.ack = (1 + index) * _WORDS_PER_LINE
-        self.spin_looks = 0 if n + 1 > _cpus() else spin_looks
+        self.spin_looks = 0 if n + 1 > usable_cpus() else spin_looks
         self.seen = 0
         self.words[self.ack] = 1  # attached
 
