@@ -6,5 +6,8 @@
 * :mod:`.cases` - payloads x readers x modes (hot, idle, flood, silent);
 * :mod:`.runner` - the interleaved runner (A B A B), the in-process baselines (pickle, memcpy)
   and the project's goals;
-* :mod:`.report` - table, JSON, markdown and plots.
+* :mod:`.report` - table, JSON, markdown and plots;
+* :mod:`.floor` - the floor: ringcast's serialisation, one copy in, one unpickle out, no protocol;
+* :mod:`.heap` - the allocator state every bench process runs in (glibc's mmap threshold);
+* :mod:`.harness` - a second harness, independent of the runner (``python -m ringcast.bench.harness``).
 """
