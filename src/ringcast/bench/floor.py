@@ -17,7 +17,8 @@ ack word per reader (each on its own cache line), no fences (x86 stores are orde
 parking, no overflow, no statistics. Readers look at the sequence word ``spin_looks`` times
 without yielding (only where the writer and every reader can each have a CPU), then
 ``sched_yield`` between looks; after ~20 ms without a message they nap 0.5 ms between looks, so
-an idle floor does not take the CPU from whatever is measured next.
+an idle floor does not take the CPU from whatever is measured next. A writer that finds the ring
+full (floods only) yields between looks.
 
 Not a transport to use: no lifetime, liveness or safety checks.
 """
@@ -65,7 +66,6 @@ class FloorWriter:
         self.words = self.buf.cast("Q")
         self.seq = 0
         self.pk = PartsPickler(tensors=True, one_thread=True)
-        self._yield = n_readers + 1 > usable_cpus()
 
     def handle(self) -> tuple:
         """What a reader needs: ``FloorReader(*handle, index)``."""
@@ -89,13 +89,12 @@ class FloorWriter:
         s = self.seq
         w = self.words
         need = s - self.slots + 1  # every reader must have acknowledged message s - slots
-        if need > 0:
-            yield_ = os.sched_yield if self._yield else None
+        if need > 0:  # the ring is full (floods only): yield, or a reader that shares our CPU starves
+            yield_ = os.sched_yield
             for i in range(self.n):
                 k = (1 + i) * _WORDS_PER_LINE
                 while w[k] < need:
-                    if yield_ is not None:
-                        yield_()
+                    yield_()
         slot = s % self.slots
         buf = self.buf
         off = self.data + slot * self.slot_bytes
