@@ -25,7 +25,7 @@
 (*     message's payload names the slot its buffer was copied into,       *)
 (*   - the timed wake of a parked side (Timed) and a live reader judged    *)
 (*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
-(*     before it returns a copy, a proposed change of endpoint.py).        *)
+(*     before it returns a copy, as ReaderEndpoint.receive does).         *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -65,7 +65,7 @@ CONSTANTS
     FalseSuspect,   \* live readers the writer's liveness check may judge
                     \*   dead (another PID namespace): evicted while alive
     EvictCheck      \* a reader loads its evicted word after the copy and
-                    \*   drops the copy if set (not in the code: proposed)
+                    \*   drops the copy if set (the code: ReaderEndpoint.receive)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -501,11 +501,11 @@ ReaderCopy(r) ==
             /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
     /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad>>
 
-\* EvictCheck (proposed, not in the code): after the copy and before it is
-\* returned, the reader loads its state word in the reader table; if the
-\* writer evicted it, the copy is dropped and EvictedError raised (the reader
-\* reads no more).  In the code this would be ReaderEndpoint.receive: after
-\* copy_out, `if ring.reader_evicted(r): raise EvictedError`.  SC only (as
+\* EvictCheck (the code): after the copy and before it is returned, the
+\* reader loads its state word in the reader table; if the writer evicted
+\* it, the copy is dropped and EvictedError raised (the reader reads no
+\* more).  ring.py::RingReader._reader_check_evicted, called by
+\* ReaderEndpoint.receive after copy_out and before the ack.  SC only (as
 \* every model with eviction): on TSO the loads are in order; on relaxed
 \* memory it needs a fence between the copy and the load.
 ReaderCheckEvicted(r) ==

@@ -204,3 +204,36 @@ def test_a_queue_collected_in_the_authenticators_thread_is_released():
     finally:
         client.close()
         cctx.term()
+
+
+@pytest.mark.timeout(30)
+def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch):
+    """A live reader wrongly judged dead (another PID namespace) is evicted between its flag
+    check and its copy; the writer, no longer waiting for it, refills the chunk. The reader must
+    not return the refilled chunk as its next message (spec: evict_park_false_suspect fails
+    InOrder; with the check, evict_park_false_suspect_check passes): it raises EvictedError.
+    Before, receive() returned b"second" in place of b"first"."""
+    from ringcast import EvictedError
+
+    rb = ShmRingBuffer(1, 64, 1)
+    try:
+        w = WriterEndpoint(rb, POLICY, observer=Recorder())
+        r = ReaderEndpoint(rb, 0, POLICY, observer=Recorder())
+        w.publish((b"first",), timeout=0)
+        done = []
+
+        def hook(action, side, index, reader):
+            if action == "ReaderCopy" and not done:  # the writer acts between the reader's checks and its copy
+                done.append(1)
+                w.evict_dead([(0, 12345)])
+                w.publish((b"second",), timeout=0)  # reader 0's flag is set for good: the chunk is free
+
+        monkeypatch.setattr(steps, "hook", hook)
+        with pytest.raises(EvictedError, match="evicted this reader"):
+            r.receive(lambda view: bytes(view[:6]), timeout=5)
+        assert done and rb.reader_evicted(0)
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        r.release()
+        rb.close()
+        rb.unlink()

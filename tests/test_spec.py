@@ -434,8 +434,10 @@ def test_arena_eviction_and_timed_wake_models():
         assert by[ok]["expect"] == "ok" and by[bad]["violated"] == violated, bad
         c, k = cfg_constants(SPEC / by[bad]["cfg"]), cfg_constants(SPEC / by[ok]["cfg"])
         assert {n for n in c if c[n] != k[n]} == {switch}, bad
-    # the model of the code as it ships has no eviction check after the copy: it fails
+    # the code before issue 24's fix had no eviction check after the copy: that model fails; the
+    # code as it ships has it (ReaderEndpoint.receive), and so does its model
     assert cfg_constants(SPEC / "evict_park_false_suspect.cfg")["EvictCheck"] == "FALSE"
+    assert cfg_constants(SPEC / "evict_park_code.cfg")["EvictCheck"] == "TRUE"
     assert by["arena_ring_false_suspect"]["violated"] == "ViewsIntact"
     assert by["arena_ring_relaxed_no_afp"]["expect"] == "ok"
     close = cfg_constants(SPEC / by["arena_ring_close"]["cfg"])

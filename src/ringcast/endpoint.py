@@ -68,7 +68,7 @@ from contextlib import contextmanager
 
 from . import steps as _steps
 from .atomics import fence
-from .errors import DeadReaderError, RingTimeoutError
+from .errors import DeadReaderError, EvictedError, RingTimeoutError
 from .ring import RingReader, RingWriter, ShmRingBuffer
 from .waiting import Counters, EventCount, Waiter, WaitPolicy
 
@@ -361,6 +361,12 @@ class ReaderEndpoint(_Endpoint):
         try:
             with c._reader_copy() as view:
                 kept = copy_out(view)
+            if c._reader_check_evicted():
+                raise EvictedError(
+                    f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
+                    "writer cannot see into, or a stale pid) while it copied a chunk, which the writer may have "
+                    "refilled; the copy is dropped and this reader receives nothing more: rejoin a new queue"
+                )
         finally:
             c._reader_ack()
             self.notifies.notify(self.r, c.index)

@@ -315,6 +315,7 @@ class RingReader:
         self.index = 0
         self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
         self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
+        self._state = Layout.reader_state_offset(r)
         self._set(0)
 
     def _set(self, i: int) -> None:
@@ -341,6 +342,16 @@ class RingReader:
         if _steps.hook is not None:
             _steps.hook("ReaderCopy", self.r, self.index, None)
         return self._mv[self._d : self._d + self.ring.max_chunk_bytes]
+
+    # Spec: ReaderCheckEvicted (EvictCheck)
+    def _reader_check_evicted(self) -> bool:
+        """After the copy, before it is returned (and acked): whether the writer evicted this
+        reader. A live reader wrongly judged dead (another PID namespace) may have copied a chunk
+        the writer refilled after evicting it: the copy must then be dropped (spec:
+        evict_park_false_suspect fails InOrder without this check, _check passes). No step point:
+        the harness's models have no eviction, where this load always says False and commutes
+        with every other step (docs/spec.md, "Eviction while the writer parks")."""
+        return self.buf[self._state] == READER_EVICTED  # the state word's low byte: 0 live, 1 evicted (little-endian)
 
     def release(self) -> None:
         """Drop this cursor's view of the mapping (before the ring is closed)."""
