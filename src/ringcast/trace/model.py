@@ -318,7 +318,7 @@ class RingModel:
         :class:`Conformance` when the spec does not allow it."""
         taken = []
         exp = self.expected(p)
-        if exp == "done":
+        if exp == ("done",):
             raise Conformance(f"process {self._name(p)} is finished in the spec but executed {action}")
         if action in PARK_ACTIONS:
             if p != self.Wr and self.pc[p] == "load_r" and self.seen[p] == 0:
