@@ -1,12 +1,14 @@
 """Both harnesses' ratios side by side (issue 26).
 
-    python tools/bench_compare.py BENCH_OUT/bench.json HARNESS.json [HARNESS2.json ...]
+    python tools/bench_compare.py BENCH_OUT/bench.json [BENCH2/bench.json ...] HARNESS.json [...]
 
 ``BENCH_OUT/bench.json`` from ``ringcast bench --impl ringcast --impl arena --impl vllm --impl
 floor --case hot/ --vllm-loader ...``; each ``HARNESS.json`` from ``python -m
 ringcast.bench.harness --out``. For every ratio both measure (ringcast / vLLM and ringcast / floor
 one-way p50; ``arena`` stands for ringcast on the 64 MiB tensor) it prints both and how far the
-harness's is from the bench's (the goal: within 25 %).
+harness's is from the bench's (the goal: within 25 %). Files are told apart by content (a bench
+result has ``cases``, a harness result ``summary``). With more than one file of a kind it prints
+each run's ratio and the medians over runs, and the difference of the medians.
 """
 
 from __future__ import annotations
@@ -37,28 +39,37 @@ def harness_ratios(path: str) -> dict:
     return {(case, k): v for case, st in res["summary"].items() for k, v in st["ratios"].items()}
 
 
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    b = bench_ratios(argv[0])
-    hs = [harness_ratios(p) for p in argv[1:]]
-    head = "| case | ratio | ringcast bench | " + " | ".join(f"harness {i + 1} (diff)" for i in range(len(hs))) + " |"
-    print(head)
-    print("|" + "---|" * (3 + len(hs)))
+    bs, hs = [], []
+    for p in argv:
+        (bs if "cases" in json.load(open(p)) else hs).append(p)
+    b = [bench_ratios(p) for p in bs]
+    h = [harness_ratios(p) for p in hs]
+    print("| case | ratio | ringcast bench, each run | median | harness, each run | median | medians differ by |")
+    print("|---|---|---|---|---|---|---|")
     worst = 0.0
-    for key in sorted(set(b) | set().union(*hs)):
-        cells = []
-        for h in hs:
-            if key in h and key in b:
-                d = h[key] / b[key] - 1
-                worst = max(worst, abs(d))
-                cells.append(f"{h[key]:.2f} ({d:+.0%})")
-            else:
-                cells.append(f"{h[key]:.2f}" if key in h else "-")
-        print(f"| {key[0]} | {key[1]} | {b[key]:.2f} | " if key in b else f"| {key[0]} | {key[1]} | - | ", end="")
-        print(" | ".join(cells) + " |")
-    print(f"\nlargest difference on a shared ratio: {worst:.0%}")
+    for key in sorted(set().union(*b, *h)):
+        bv = [r[key] for r in b if key in r]
+        hv = [r[key] for r in h if key in r]
+        bm = _median(bv) if bv else None
+        hm = _median(hv) if hv else None
+        diff = ""
+        if bm and hm:
+            d = hm / bm - 1
+            worst = max(worst, abs(d))
+            diff = f"{d:+.0%}"
+        cells = [", ".join(f"{x:.2f}" for x in bv) or "-", f"{bm:.2f}" if bm else "-", ", ".join(f"{x:.2f}" for x in hv) or "-", f"{hm:.2f}" if hm else "-", diff]
+        print(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    print(f"\nlargest difference of medians on a shared ratio: {worst:.0%}")
     return 0
 
 
