@@ -52,8 +52,10 @@ def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
                 lat.append(t - m[2])
                 count += 1
                 t_last = t
+                seq = m[1]
+                del m  # freed now, not inside the next message's timed interval (m = recv())
                 if do_ack:
-                    ack[index] = m[1]
+                    ack[index] = seq
             elif k == "begin":
                 lat = []
                 count = 0
