@@ -1,4 +1,4 @@
-"""Guided replay: behaviours of a TLC model (ringcast.trace.coverage.covering_paths) forced on
+"""Guided replay: behaviours of a TLC model (ringcast.trace.coverage_paths.covering_paths) forced on
 the real processes through the step-by-step driver (ring_run.RingRun), each step checked against
 the spec as the harness checks every step (check_step), and its state projected onto TLC's.
 
@@ -23,13 +23,14 @@ model and projected.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
-from ringcast.trace.coverage import Coverage, covering_paths
+from ringcast.trace.coverage import Coverage
+from ringcast.trace.coverage_paths import covering_paths
 from ringcast.trace.model import RingModel
 
+from .guided_base import Finding, GuidedResult, LookingModel, follow
 from .pool import Pool
-from .ring_run import RingRun, ScheduleFailure
+from .ring_run import RingRun
 from .variants import READER_MODEL, WRITER_MODEL
 
 #: The constants RingRun implements (N, NR, M are a run's own): the correct writer and reader,
@@ -45,15 +46,6 @@ RING_MODELS = {"ring_correct": (2, 2, 3), "ring_correct_n3": (3, 2, 6)}
 
 def harness_constants(N: int, NR: int, M: int) -> dict:
     return {"N": str(N), "NR": str(NR), "M": str(M), **RING_HARNESS}
-
-
-class LookingModel(RingModel):
-    """The spec's readers never stop: a reader that delivered every message keeps looking."""
-
-    def finished(self, p: int) -> bool:
-        if p != self.Wr and p not in self.cancelled:
-            return False
-        return super().finished(p)
 
 
 class _LookingWorker:
@@ -82,24 +74,6 @@ class LookingPool:
         return self.pool.stop_all([getattr(w, "w", w) for w in workers])
 
 
-@dataclass
-class Finding:
-    """A path step the code did not follow."""
-
-    path: int
-    step: int
-    detail: str
-    schedule: list = field(default_factory=list)
-
-    def __str__(self) -> str:
-        steps = "\n".join(f"  {k + 1:3d}. {s}" for k, s in enumerate(self.schedule))
-        return f"path {self.path}, step {self.step}: {self.detail}\nschedule:\n{steps}"
-
-
-def _names(NR: int, p: int) -> str:
-    return "W" if p == NR else f"R{p}"
-
-
 def replay(pool: Pool, cov: Coverage, path: list, *, N: int, NR: int, M: int, sizes=None, reader: str = "correct",
            writer: str = "correct", number: int = 0) -> Finding | None:
     """Force ``path`` (graph edges ``(i, j, p, action)`` from the initial state) on real processes;
@@ -108,35 +82,9 @@ def replay(pool: Pool, cov: Coverage, path: list, *, N: int, NR: int, M: int, si
     run = RingRun(LookingPool(pool), N=N, NR=NR, sizes=sizes, writer=writer, reader=reader, record=True)
     try:
         run.model = LookingModel(N, NR, M, payload_parts=2, **{**WRITER_MODEL[writer], **READER_MODEL[reader]})
-        procs = {pr.p: pr for pr in run.procs}
-        k = cov.start(run.model)
-        for n, (i, j, p, action) in enumerate(path):
-            pr = procs[p]
-            if k != i:
-                return Finding(number, n + 1, f"the code is in state {k}, the path's step starts in state {i}", run.schedule)
-            have = "done" if pr.pending is None else pr.pending[0]
-            if have != action:
-                return Finding(number, n + 1, f"{pr.name} is about to execute {have}, the path's next step is "
-                               f"{_names(NR, p)}:{action}", run.schedule + [f"{pr.name}:{action} (refused)"])
-            try:
-                run.step(pr)
-            except ScheduleFailure as e:
-                return Finding(number, n + 1, f"{e.kind}: {e.detail}", e.schedule)
-            k = cov.step(k, run.model, p, action)
-            if k != j:
-                return Finding(number, n + 1, f"{pr.name}:{action} led to state {k}, the path's is {j}", run.schedule)
-        return None
+        return follow(run, cov, path, number)
     finally:
         run.close()
-
-
-@dataclass
-class GuidedResult:
-    cov: Coverage
-    paths: int
-    steps: int
-    seconds: float
-    findings: list
 
 
 def guided(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, reader: str = "correct", writer: str = "correct",
@@ -192,7 +140,8 @@ def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
     """A fresh Coverage of manifest model ``name`` (TLC's graph, :func:`dump_graph`) and the
     model's (N, NR, M); a graph of other constants than the harness runs is refused
     (:class:`ringcast.trace.coverage.ConstantMismatch`, naming the constant)."""
-    from ringcast.trace.coverage import check_constants, dump_graph
+    from ringcast.trace.coverage import check_constants
+    from ringcast.trace.coverage_paths import dump_graph
 
     if name not in RING_MODELS:
         raise KeyError(f"{name}: the guided replay drives {', '.join(RING_MODELS)} (ring level)")
@@ -203,27 +152,47 @@ def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
 
 def main(argv=None) -> int:
     """``python -m tests.stateful.guided MODEL``: the coverage table of plain Hypothesis
-    exploration (``--random``) and of the guided replay, and the unreached states (``--unreached``)."""
+    exploration (``--random``) and of the guided replay, and the unreached states (``--unreached``).
+    Ring-level models run RingRun, queue-level ones (guided_queue.QUEUE_MODELS) a MessageQueue."""
     import argparse
 
     from ringcast.trace.coverage import format_report, report, unreached_text
 
+    from . import guided_queue as gq
+
     ap = argparse.ArgumentParser(prog="python -m tests.stateful.guided", description=main.__doc__)
-    ap.add_argument("model", choices=sorted(RING_MODELS))
+    ap.add_argument("model", choices=sorted(RING_MODELS) + sorted(gq.QUEUE_MODELS))
     ap.add_argument("--spec", help="spec folder (default: the package's)")
-    ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring machine at the budget of test_ring_protocol, under the loaded Hypothesis profile)")
+    ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring or queue machine at the budget of test_ring_protocol / test_queue_stateful, under the loaded Hypothesis profile)")
+    ap.add_argument("--max-paths", type=int, default=None, help="replay at most this many paths")
     ap.add_argument("--unreached", metavar="FILE", default="coverage-unreached.txt",
                     help="where the unreached states go, grouped by action (default %(default)s)")
     args = ap.parse_args(argv)
-    pool = Pool(0)
+    queue = args.model in gq.QUEUE_MODELS
+    pool = gq.GuidedPool(0) if queue else Pool(0)
     try:
-        cov, (N, NR, M) = ring_coverage(args.model, args.spec)
+        if queue:
+            cov = gq.queue_coverage(args.model, args.spec)
+            rand = lambda: gq.random_coverage(pool, cov, args.model)  # noqa: E731
+            run = lambda: gq.guided(pool, cov, args.model, max_paths=args.max_paths)  # noqa: E731
+        else:
+            cov, (N, NR, M) = ring_coverage(args.model, args.spec)
+            rand = lambda: random_coverage(pool, cov, N=N, NR=NR, M=M)  # noqa: E731
+            run = lambda: guided(pool, cov, N=N, NR=NR, M=M, max_paths=args.max_paths)  # noqa: E731
         if args.random:
-            secs = random_coverage(pool, cov, N=N, NR=NR, M=M)
+            import os
+
+            from hypothesis import HealthCheck, settings
+
+            # the test suite's ci profile (tests/conftest.py), unless HYPOTHESIS_PROFILE names another
+            settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
+                                      suppress_health_check=[HealthCheck.too_slow])
+            settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+            secs = rand()
             print(format_report(report(cov), f"{args.model}, plain Hypothesis ({secs:.1f}s)"))
             with open(args.unreached + ".random", "w") as f:
                 f.write(unreached_text(report(cov), cov.graph))
-        res = guided(pool, cov, N=N, NR=NR, M=M)
+        res = run()
         rep = report(cov)
         print(format_report(rep, f"{args.model}, guided ({res.paths} paths, {res.steps} steps, {res.seconds:.1f}s)"))
         with open(args.unreached, "w") as f:

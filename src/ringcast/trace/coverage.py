@@ -7,9 +7,10 @@ TLC's own printing (:func:`parse_value`), so the harness's states compare with T
 which carries the spec's variables under the spec's names) onto the same encoding;
 :class:`Coverage` collects the distinct states and ``(state, process, action, state)``
 transitions the real runs reached, and :func:`report` compares them with the graph, per action.
-:func:`covering_paths` computes, from the graph, behaviours that start in the initial state and
-together take every transition; the stateful harness replays them on the real processes
-(tests/stateful/guided.py).
+:mod:`.coverage_paths` runs TLC (``dump_graph``) and computes, from the graph, behaviours that
+start in the initial state and together take every transition; the stateful harness replays them
+on the real processes (tests/stateful/guided.py). :mod:`.coverage_queue` projects the
+MessageQueue-level model (any number of payload steps, the eventcount, inline messages).
 
 What the projection cannot see (docs/stateful.md, *Coverage*):
 
@@ -27,12 +28,8 @@ What the projection cannot see (docs/stateful.md, *Coverage*):
 from __future__ import annotations
 
 import collections
-import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 # ------------------------------------------------------------------ TLA+ values as TLC prints them --
 _TOKEN = re.compile(r'\s*(<<|>>|:>|@@|\|->|[()\[\]{},]|-?\d+|"(?:[^"\\]|\\.)*"|[A-Za-z_]\w*)')
@@ -215,10 +212,12 @@ def quotient(st: dict) -> dict:
     return st
 
 
-def build_graph(model: str, constants: dict, nodes: dict, edges: list, init: list, look_quotient: bool = True) -> Graph:
-    """The graph over the (quotient) states, with every edge labelled by its process and action."""
+def build_graph(model: str, constants: dict, nodes: dict, edges: list, init: list, look_quotient: bool = True,
+                q=None) -> Graph:
+    """The graph over the (quotient) states, with every edge labelled by its process and action;
+    ``q`` (a state dict to a state dict) replaces the look quotient."""
     names = tuple(sorted(next(iter(nodes.values()))))
-    q = quotient if look_quotient else (lambda s: s)
+    q = q or (quotient if look_quotient else (lambda s: s))
     states, index, lab = [], {}, {}
     for n, st in nodes.items():
         key = tuple(q(st)[v] for v in names)
@@ -328,13 +327,17 @@ class Coverage:
         self.strays: list[str] = []
         self.steps = 0
 
+    def key(self, m) -> tuple:
+        """The state of model ``m`` in the graph's encoding (:func:`project`)."""
+        return project(m, self.graph, self.fixed)
+
     def state_of(self, m) -> int | None:
-        return self.graph.index.get(project(m, self.graph, self.fixed))
+        return self.graph.index.get(self.key(m))
 
     def start(self, m) -> int | None:
         k = self.state_of(m)
         if k is None or k not in self.graph.init:
-            self.strays.append(f"initial state {project(m, self.graph, self.fixed)} is not the model's")
+            self.strays.append(f"initial state {self.key(m)} is not the model's")
             return None
         self.states.add(k)
         return k
@@ -344,7 +347,7 @@ class Coverage:
         self.steps += 1
         k = self.state_of(m)
         if k is None:
-            self.strays.append(f"after {p}:{action}: a state TLC did not reach: {project(m, self.graph, self.fixed)}")
+            self.strays.append(f"after {p}:{action}: a state TLC did not reach: {self.key(m)}")
             return None
         self.states.add(k)
         if prev is not None and prev != k:
@@ -403,97 +406,3 @@ def unreached_text(rep: dict, graph: Graph) -> str:
         for k in ks:
             out.append(f"  state {k}: " + ", ".join(f"{v}={graph.states[k][n]!r}" for n, v in enumerate(graph.vars)))
     return "\n".join(out) + ("\n" if out else "")
-
-
-# --------------------------------------------------------------------------------------- paths --
-def shortest_tree(graph: Graph) -> dict:
-    """BFS from the initial states: {state: (parent, edge) or None}."""
-    succ = collections.defaultdict(list)
-    for e in graph.edges:
-        succ[e[0]].append(e)
-    tree = {k: None for k in graph.init}
-    todo = collections.deque(graph.init)
-    while todo:
-        k = todo.popleft()
-        for e in succ[k]:
-            if e[1] not in tree:
-                tree[e[1]] = e
-                todo.append(e[1])
-    return tree
-
-
-def path_to(tree: dict, k: int) -> list:
-    out = []
-    while tree[k] is not None:
-        out.append(tree[k])
-        k = tree[k][0]
-    return out[::-1]
-
-
-def covering_paths(graph: Graph, done=(), only_states: bool = False) -> list[list]:
-    """Behaviours from the initial state that together take every transition not in ``done``
-    (or, with ``only_states``, enter every state): for each uncovered edge, in BFS order, a
-    shortest path to its source, the edge, then on along uncovered edges while there are any."""
-    tree = shortest_tree(graph)
-    succ = collections.defaultdict(list)
-    for e in graph.edges:
-        succ[e[0]].append(e)
-    covered = set(done)
-    reached = {e[1] for e in done} | set(graph.init)
-    depth = {k: len(path_to(tree, k)) for k in tree}
-    todo = sorted(graph.edges, key=lambda e: (depth.get(e[0], 1 << 30), e))
-    paths = []
-    for e in todo:
-        if e in covered or (only_states and e[1] in reached):
-            continue
-        path = path_to(tree, e[0]) + [e]
-        k = e[1]
-        while True:
-            nxt = [f for f in succ[k] if f not in covered and f not in path and not (only_states and f[1] in reached)]
-            if not nxt:
-                break
-            path.append(nxt[0])
-            k = nxt[0][1]
-        covered.update(path)
-        reached.update(f[1] for f in path)
-        paths.append(path)
-    return paths
-
-
-# ------------------------------------------------------------------------------------ TLC runs --
-def dump_graph(name: str, *, spec=None, java=None, jar=None, timeout: float = 600, cache: bool = True) -> Graph:
-    """Run TLC on manifest model ``name`` (no temporal properties) with ``-dump dot`` and read
-    its state graph; cached by the spec's and cfg's contents (``~/.cache/ringcast/coverage``)."""
-    import hashlib
-
-    from ..tlc import run as tlc
-    from ..tlc.find import find_jar, find_java
-
-    spec = tlc.spec_dir(spec)
-    model = tlc.select(tlc.load_manifest(spec / "models.json")["models"], [name])[0]
-    cfg_text = (spec / model["cfg"]).read_text()
-    h = hashlib.sha256(cfg_text.encode() + b"".join(p.read_bytes() for p in sorted(spec.glob("*.tla")))).hexdigest()[:16]
-    cdir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ringcast" / "coverage"
-    cpath = cdir / f"{name}-{h}.json"
-    if cache and cpath.is_file():
-        return Graph.from_json(json.loads(cpath.read_text()))
-    jar = jar or find_jar(None)[0]
-    java = java or find_java(None)[0]
-    consts = cfg_constants(cfg_text)
-    with tempfile.TemporaryDirectory(prefix="ringcast-cov-") as tmp:
-        cfg = Path(tmp) / model["cfg"]
-        cfg.write_text(tlc.rewrite_cfg(cfg_text, properties=""))
-        dot = Path(tmp) / "graph.dot"
-        os.makedirs(Path(tmp) / "java")
-        cmd = tlc.tlc_prefix(java, jar, 1, str(Path(tmp) / "states"), str(Path(tmp) / "java")) + tlc.FINGERPRINT
-        cmd += ["-dump", "dot,actionlabels", str(dot), "-config", str(cfg), model["module"]]
-        res = tlc.run_tlc(cmd, spec, timeout)
-        if not res.no_error:
-            raise RuntimeError(f"TLC on {name} did not finish cleanly ({res.result}): {res.errors or res.output[-2000:]}")
-        nodes, edges, init = read_dot(dot.read_text())
-    g = build_graph(name, {**consts, "_model": name}, nodes, edges, init)
-    g.constants["_distinct"] = len(nodes)
-    if cache:
-        cdir.mkdir(parents=True, exist_ok=True)
-        cpath.write_text(json.dumps(g.to_json()))
-    return g
