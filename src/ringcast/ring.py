@@ -343,7 +343,7 @@ class RingReader:
             _steps.hook("ReaderCopy", self.r, self.index, None)
         return self._mv[self._d : self._d + self.ring.max_chunk_bytes]
 
-    # Spec: ReaderCheckEvicted (EvictCheck)
+    # Spec, without a step point: ReaderCheckEvicted (EvictCheck)
     def _reader_check_evicted(self) -> bool:
         """After the copy, before it is returned (and acked): whether the writer evicted this
         reader. A live reader wrongly judged dead (another PID namespace) may have copied a chunk
