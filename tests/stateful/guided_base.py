@@ -41,17 +41,26 @@ class GuidedResult:
     findings: list
 
 
-def follow(run, cov: Coverage, path: list, number: int, before=None) -> Finding | None:
+#: the look steps the code repeats before it parks (spin=0: two looks, the spec's Spin)
+LOOKS = frozenset({"ReaderLoadWritten", "ReaderLoadReadFlag", "WriterClaim"})
+
+
+def follow(run, cov: Coverage, path: list, number: int, before=None, parking: bool = False) -> Finding | None:
     """Force ``path`` (graph edges ``(i, j, p, action)`` from the initial state) on ``run``, a
     RingRun or QueueRun whose model is in the initial state: the process each step names must be
     blocked before exactly that action (``before(pr, i, j, action)`` may first take steps the
     projection folds, returning a finding's text if one moved the state); every state and
-    transition reached goes into ``cov``. Returns the finding, if any."""
+    transition reached goes into ``cov``. With ``parking``: a look the spec parks after is the
+    code's second (the first leads back to the look, a transition of the spec's Spin), and a
+    path's ``ParkRetire`` leads into the state after the process's look (coverage_park's
+    planning graph: a successful re-check goes straight on; after a wake-up the code looks). Returns the finding, if any."""
     from .ring_run import ScheduleFailure
 
     procs = {pr.p: pr for pr in run.procs}
     k = cov.start(run.model)
-    for n, (i, j, p, action) in enumerate(path):
+    n = 0
+    while n < len(path):
+        i, j, p, action = path[n]
         pr = procs[p]
         if k != i:
             return Finding(number, n + 1, f"the code is in state {k}, the path's step starts in state {i}", run.schedule)
@@ -64,9 +73,19 @@ def follow(run, cov: Coverage, path: list, number: int, before=None) -> Finding 
                 return Finding(number, n + 1, f"{pr.name} is about to execute {have}, the path's next step is "
                                f"{pr.name}:{action}", run.schedule + [f"{pr.name}:{action} (refused)"])
             run.step(pr)
+            k = cov.step(k, run.model, p, action)
+            if parking and action in LOOKS | {"ParkRetire"}:
+                # the spec's look that parks is the code's second; a path's retire is into the
+                # state after the look (coverage_park.planning_graph)
+                for _ in range(3):
+                    if k == j or pr.pending is None or pr.pending[0] not in LOOKS:
+                        break
+                    look = pr.pending[0]
+                    run.step(pr)
+                    k = cov.step(k, run.model, p, look)
         except ScheduleFailure as e:
             return Finding(number, n + 1, f"{e.kind}: {e.detail}", e.schedule)
-        k = cov.step(k, run.model, p, action)
         if k != j:
             return Finding(number, n + 1, f"{pr.name}:{action} led to state {k}, the path's is {j}", run.schedule)
+        n += 1
     return None

@@ -21,6 +21,7 @@ import time
 from ringcast.trace.child import ChildProcess
 from ringcast.trace.coverage import check_constants
 from ringcast.trace.coverage_paths import covering_paths, dump_graph
+from ringcast.trace.coverage_park import ParkCoverage, build_park_graph, planning_graph
 from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
 
 from .guided_base import Finding, GuidedResult, LookingModel, follow
@@ -40,12 +41,18 @@ QUEUE_HARNESS = {"Order": "OrderSendBeforeClear", "SkipReader": "FALSE", "InitWr
                  "Parking": "FALSE", "CrashSet": "{}", "Evict": "FALSE", "Abort": '"none"', "S": "0"}
 
 #: queue-level manifest models: (N, NR, M, Big)
-QUEUE_MODELS = {"overflow_code": (2, 2, 3, (1, 3))}
+QUEUE_MODELS = {"overflow_code": (2, 2, 3, (1, 3)), "park_harness": (2, 2, 2, ())}
+#: the parking models: both sides wait as test_parking's (spin=0, tight_looks=0: two looks, then
+#: park; recheck=3600 s: no timed cap), which park_harness's Spin = TRUE, Timed = FALSE match
+PARKING = {"park_harness"}
+PARK = dict(spin=0, recheck=3600.0, tight_looks=0)
+PARK_HARNESS = {**QUEUE_HARNESS, "Parking": "TRUE", "Recheck": "TRUE", "Spin": "TRUE", "Timed": "FALSE"}
 
 
 def queue_constants(name: str) -> dict:
     N, NR, M, big = QUEUE_MODELS[name]
-    return {"N": str(N), "NR": str(NR), "M": str(M), "Big": "{" + ", ".join(map(str, big)) + "}", **QUEUE_HARNESS}
+    return {"N": str(N), "NR": str(NR), "M": str(M), "Big": "{" + ", ".join(map(str, big)) + "}",
+            **(PARK_HARNESS if name in PARKING else QUEUE_HARNESS)}
 
 
 def objects(M: int, big) -> list:
@@ -123,12 +130,16 @@ class _RunPool:
 def replay(pool: GuidedPool, cov: QueueCoverage, path: list, name: str, *, number: int = 0) -> Finding | None:
     """Force ``path`` on a real MessageQueue; every state and transition reached goes into ``cov``."""
     N, NR, M, big = QUEUE_MODELS[name]
+    parking = name in PARKING
     run = QueueRun(_RunPool(pool, 1), n_local=NR, n_remote=0, objs=objects(M, big), max_chunk_bytes=MCB,
-                   max_chunks=N, reader_timeout=1e6)
+                   max_chunks=N, reader_timeout=1e6, **(PARK if parking else {}))
     pc_at = cov.graph.vars.index("pc")
+    silent = {"WriterWritePayload"} if parking else SILENT  # with parking NotifyLoadWaiters is the spec's
+    if parking:
+        cov.watch(run)
 
     def before(pr, i: int, j: int, action: str) -> str | None:
-        while pr.pending is not None and pr.pending[0] != action and pr.pending[0] in SILENT:
+        while pr.pending is not None and pr.pending[0] != action and pr.pending[0] in silent:
             folded = pr.pending[0]
             run.step(pr)
             if cov.step(i, run.model, pr.p, folded) != i:
@@ -139,7 +150,7 @@ def replay(pool: GuidedPool, cov: QueueCoverage, path: list, name: str, *, numbe
 
     try:
         run.model.__class__ = LookingModel  # the readers never finish (they dequeue once more)
-        return follow(run, cov, path, number, before)
+        return follow(run, cov, path, number, before, parking=parking)
     finally:
         run.close()
 
@@ -150,9 +161,12 @@ def queue_coverage(name: str, spec=None) -> QueueCoverage:
     if name not in QUEUE_MODELS:
         raise KeyError(f"{name}: the queue-level guided replay drives {', '.join(QUEUE_MODELS)}")
     harness = queue_constants(name)
-    g = dump_graph(name, spec=spec, q=graph_quotient(harness), tag="queue")
+    if name in PARKING:
+        g = dump_graph(name, spec=spec, build=build_park_graph, tag="park")
+    else:
+        g = dump_graph(name, spec=spec, q=graph_quotient(harness), tag="queue")
     check_constants(g.constants, harness)
-    return QueueCoverage(g)
+    return ParkCoverage(g) if name in PARKING else QueueCoverage(g)
 
 
 def guided(pool: GuidedPool, cov: QueueCoverage, name: str, *, only_states: bool = False,
@@ -160,7 +174,8 @@ def guided(pool: GuidedPool, cov: QueueCoverage, name: str, *, only_states: bool
     """Replay paths that together take every transition of ``cov.graph`` not reached yet (with
     ``only_states``: enter every state)."""
     t0 = time.monotonic()
-    paths = covering_paths(cov.graph, done=cov.transitions, only_states=only_states)[:max_paths]
+    plan = planning_graph(cov.graph) if name in PARKING else cov.graph  # a re-check's retire goes straight on
+    paths = covering_paths(plan, done=cov.transitions, only_states=only_states)[:max_paths]
     findings = [f for n, path in enumerate(paths, 1) if (f := replay(pool, cov, path, name, number=n)) is not None]
     return GuidedResult(cov, len(paths), sum(len(p) for p in paths), time.monotonic() - t0, findings)
 
@@ -181,6 +196,8 @@ def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples
     class CoveredRun(QueueRun):
         def __init__(self, *a, **kw) -> None:
             super().__init__(*a, **kw)
+            if name in PARKING:
+                cov.watch(self)
             self.k = cov.start(self.model)
 
         def step(self, pr, shutdown: bool = False) -> None:
@@ -192,7 +209,8 @@ def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples
         @initialize(writer_timeout=timeout, reader_timeout=timeout)
         def setup(self, writer_timeout, reader_timeout):
             self.run = CoveredRun(_RunPool(pool, 0), n_local=NR, n_remote=0, objs=objects(M, big), max_chunk_bytes=MCB,
-                                  max_chunks=N, writer_timeout=writer_timeout, reader_timeout=reader_timeout)
+                                  max_chunks=N, writer_timeout=writer_timeout, reader_timeout=reader_timeout,
+                                  **(PARK if name in PARKING else {}))
 
     t0 = time.monotonic()
     run_state_machine_as_test(CoveredQueueMachine, settings=budget(examples, steps))

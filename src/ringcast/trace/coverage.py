@@ -212,12 +212,9 @@ def quotient(st: dict) -> dict:
     return st
 
 
-def build_graph(model: str, constants: dict, nodes: dict, edges: list, init: list, look_quotient: bool = True,
-                q=None) -> Graph:
-    """The graph over the (quotient) states, with every edge labelled by its process and action;
-    ``q`` (a state dict to a state dict) replaces the look quotient."""
+def index_states(nodes: dict, q) -> tuple[tuple, list, dict]:
+    """``(variable names, distinct states under the quotient q, {node: state number})``."""
     names = tuple(sorted(next(iter(nodes.values()))))
-    q = q or (quotient if look_quotient else (lambda s: s))
     states, index, lab = [], {}, {}
     for n, st in nodes.items():
         key = tuple(q(st)[v] for v in names)
@@ -225,6 +222,15 @@ def build_graph(model: str, constants: dict, nodes: dict, edges: list, init: lis
             index[key] = len(states)
             states.append(key)
         lab[n] = index[key]
+    return names, states, lab
+
+
+def build_graph(model: str, constants: dict, nodes: dict, edges: list, init: list, look_quotient: bool = True,
+                q=None) -> Graph:
+    """The graph over the (quotient) states, with every edge labelled by its process and action;
+    ``q`` (a state dict to a state dict) replaces the look quotient."""
+    q = q or (quotient if look_quotient else (lambda s: s))
+    names, states, lab = index_states(nodes, q)
     out = set()
     for a, b in edges:
         i, j = lab[a], lab[b]

@@ -69,10 +69,11 @@ def covering_paths(graph: Graph, done=(), only_states: bool = False) -> list[lis
 
 # ------------------------------------------------------------------------------------ TLC runs --
 def dump_graph(name: str, *, spec=None, java=None, jar=None, timeout: float = 600, cache: bool = True, q=None,
-               tag: str = "") -> Graph:
+               tag: str = "", build=None) -> Graph:
     """Run TLC on manifest model ``name`` (no temporal properties) with ``-dump dot`` and read
     its state graph (``q``: the quotient, :func:`ringcast.trace.coverage.build_graph`; ``tag``
-    names it in the cache); cached by the spec's and cfg's contents and the tag
+    names it in the cache; ``build``: replaces :func:`ringcast.trace.coverage.build_graph`, called
+    without ``q``); cached by the spec's and cfg's contents and the tag
     (``~/.cache/ringcast/coverage``)."""
     import hashlib
 
@@ -101,7 +102,10 @@ def dump_graph(name: str, *, spec=None, java=None, jar=None, timeout: float = 60
         if not res.no_error:
             raise RuntimeError(f"TLC on {name} did not finish cleanly ({res.result}): {res.errors or res.output[-2000:]}")
         nodes, edges, init = read_dot(dot.read_text())
-    g = build_graph(name, {**consts, "_model": name}, nodes, edges, init, q=q)
+    if build is not None:
+        g = build(name, {**consts, "_model": name}, nodes, edges, init)
+    else:
+        g = build_graph(name, {**consts, "_model": name}, nodes, edges, init, q=q)
     g.constants["_distinct"] = len(nodes)
     if cache:
         cdir.mkdir(parents=True, exist_ok=True)
