@@ -8,7 +8,8 @@ random order (seeded); sides park at once (spin=0) and sleep until notified.  Th
 package's :func:`ringcast.trace.tracecheck.check_queue_trace`: spec/trace/TraceQueue.tla lets TLC
 find the spec's state, program counters included, for it, with Ring's invariants on every state.
 Nothing of the harness's Python model goes into the trace.  A trace with one step changed must be
-rejected (the check is not vacuous).  The objects and chunk size are the recorder's
+rejected (the check is not vacuous): every single-step change (drop, duplicate, swap) of
+every kind of step, all checked in one TLC run.  The objects and chunk size are the recorder's
 (:mod:`ringcast.trace.queue_serial`: message 2 overflows, 1 and 3 fit)."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from ringcast.atomics import HAVE_FUTEX
 from ringcast.trace.queue_serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK
-from ringcast.trace.tracecheck import check_queue_trace
+from ringcast.trace.tracecheck import check_queue_trace, mutants, validate_queue
 
 from .queue_run import QueueRun
 
@@ -73,3 +74,61 @@ def test_a_changed_trace_is_rejected(pool, tmp_path, change):
     tr = record(pool, 1)
     res = check_queue_trace(dict(tr, steps=change(tr["steps"])), tmp_path)
     assert not res.ok and "No error has been found" in res.output, res.output[-3000:]
+
+
+def _late_first_look(steps: list, k: int) -> bool:
+    """Is record k the first look of a wait whose second look succeeded (no parking): a
+    WriterClaim followed by WriterClaim, WriterClearWritten, or a ReaderLoadWritten that saw
+    ``written = 0`` (its read-flag load is skipped) followed by ReaderLoadWritten,
+    ReaderLoadReadFlag, ReaderCopy, with no look of the same wait before it?  Without it the run
+    is the one in which that side started to look one step later: a run of the code (its looks
+    change nothing shared), so the checker must accept it (docs/spec.md, "The MessageQueue trace
+    checker")."""
+    a, p = steps[k]
+    own = [j for j, (_b, q) in enumerate(steps) if q == p]
+    x = own.index(k)
+    prev = steps[own[x - 1]][0] if x else None
+    nxt = [steps[j][0] for j in own[x + 1 : x + 4]]
+    if a == "WriterClaim":
+        return prev not in ("WriterClaim", "ParkRetire") and nxt[:2] == ["WriterClaim", "WriterClearWritten"]
+    if a == "ReaderLoadWritten":
+        return (prev not in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkRetire")
+                and nxt == ["ReaderLoadWritten", "ReaderLoadReadFlag", "ReaderCopy"])
+    return False
+
+
+def mutation_table(traces: list[dict]) -> tuple[dict, list[str]]:
+    """Check every single-step change of ``traces`` (tracecheck.mutants) in one TLC run. Returns
+    {(action, kind): [changes, rejected, accepted as runs of the code]} and what went wrong: an
+    original rejected, a change rejected that is a run of the code, or one accepted that is not."""
+    cases = [(tr, kind, k, new) for tr in traces for kind, k, new in mutants(tr["steps"])]
+    results = validate_queue(traces + [dict(tr, steps=new, label=f"{kind} of step {k + 1}") for tr, kind, k, new in cases])
+    assert len({id(r.output) for r in results}) == 1  # one TLC run
+    wrong = [f"original {n + 1} rejected: {r.summary()}" for n, r in enumerate(results[: len(traces)]) if not r.ok]
+    table: dict = {}
+    for (tr, kind, k, _new), r in zip(cases, results[len(traces):]):
+        a = tr["steps"][k][0]
+        valid = kind == "drop" and _late_first_look(tr["steps"], k)
+        row = table.setdefault((a, kind), [0, 0, 0])
+        row[0] += 1
+        row[1 if not r.ok else 2] += 1
+        if r.ok != valid:
+            wrong.append(f"{kind} of step {k + 1} ({a} p={tr['steps'][k][1]}) {'accepted' if r.ok else 'rejected'} "
+                         f"({tr['label']})")
+    return table, wrong
+
+
+def test_every_single_step_change_is_rejected(pool):
+    """Each step dropped, duplicated, or swapped with the same process's next step, in two
+    recorded runs: every change is rejected unless it is itself a run of the code (a wait's
+    first look dropped, see _late_first_look), and that one is accepted. Every kind of step in
+    the traces is dropped and duplicated, and swapped where its process has a later step."""
+    traces = [record(pool, seed) for seed in (1, 2)]
+    table, wrong = mutation_table(traces)
+    assert not wrong, "\n".join(wrong[:20])
+    kinds = {a for tr in traces for a, _ in tr["steps"]}
+    assert {a for a, kind in table if kind == "drop"} == kinds
+    assert {a for a, kind in table if kind == "duplicate"} == kinds
+    assert {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
+    for (a, kind), (n, rejected, accepted) in sorted(table.items()):
+        print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected, {accepted} runs of the code accepted")
