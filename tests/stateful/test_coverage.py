@@ -89,3 +89,26 @@ def test_guided_replay_enters_every_state_of_overflow_code():
     assert rep["states"] == (len(cov.graph.states),) * 2, c.format_report(rep)
     assert rep["actions"]["ReaderRecvOverflow"]["states"][0] > 0 and any(
         s[cov.graph.vars.index("pc")][r] == "owed" for s in (cov.graph.states[k] for k in cov.states) for r in (0, 1))
+
+
+def test_parking_projection_reads_whether_the_reader_looks_again_or_parks(pool):
+    """With parking, a reader's failed look (written = 0) leads in the spec to park_snap or back
+    to load_w; the code decides at its next step (spin=0: it looks twice, then parks), so the
+    projection reads the action the reader is blocked before (ringcast.trace.coverage_park)."""
+    from ringcast.trace.coverage_park import park_values
+    from ringcast.trace.coverage_queue import QueueConsts
+
+    from .guided_queue import PARK
+    from .queue_run import QueueRun
+
+    run = QueueRun(pool, n_local=1, n_remote=0, objs=["a"], max_chunk_bytes=64, max_chunks=1, **PARK)
+    try:
+        consts = QueueConsts({"Big": "{}", "Order": "OrderSendBeforeClear", "Parking": "TRUE"})
+        r0, pcs = run.procs[0], []
+        for _ in range(2):
+            assert r0.pending[0] == "ReaderLoadWritten"
+            run.step(r0)  # written = 0: not ready
+            pcs.append(park_values(run.model, consts, {pr.p: pr.pending[0] for pr in run.procs})["pc"][0])
+        assert pcs == ["load_w", "park_snap"] and r0.pending[0] == "ParkSnapshot"
+    finally:
+        run.close()

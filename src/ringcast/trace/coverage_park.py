@@ -22,7 +22,9 @@ With parking, a process's next step after a failed look is a choice the spec mak
 * *A successful re-check goes straight on* (waiting.py: the reader copies, the writer writes the
   chunk it claimed) where the spec's process retires and looks again (``LoopTop``): one code
   step, ``ParkRetire``, is a chain of the process's own spec steps (:meth:`ParkCoverage.step`
-  counts every edge and state of it; ``passed`` counts the states only passed through).
+  counts every edge and state of it; ``passed`` counts the states only passed through). So is a
+  ``NotifyWake`` that wakes a process blocked in futex_wait (the random harness's sleepers): the
+  harness takes the sleeper's ``ParkSleep`` in the waker's step.
 * ``moved`` is the spec's: a ``NotifyWake`` sets it FALSE for a process of the woken side that
   is retiring (``park_retire``, not re-checking), where the model's futex word still moves.
 * The writer's ``wk`` is 0 outside ``Order`` (the model sets it at a re-check's claim).
@@ -133,13 +135,15 @@ class ParkCoverage(QueueCoverage):
         return tuple(vals[v] for v in self.graph.vars)
 
     def chain(self, i: int, k: int, p: int, depth: int = 3) -> list | None:
-        """The shortest chain of ``p``'s own edges from ``i`` to ``k`` (at most ``depth``)."""
+        """The shortest chain from ``i`` to ``k`` (at most ``depth`` edges) of ``p``'s own edges, after
+        the first also others' ``ParkSleep``: a sleeper blocked in futex_wait when the word moves
+        returns at once (the harness takes its ParkSleep in the waker's step)."""
         frontier = [(i, [])]
         for _ in range(depth):
             nxt = []
             for s, path in frontier:
                 for j, q, a in self.out[s]:
-                    if q == p:
+                    if q == p or (path and a == "ParkSleep"):
                         if j == k:
                             return path + [(s, j, q, a)]
                         nxt.append((j, path + [(s, j, q, a)]))
@@ -164,7 +168,7 @@ class ParkCoverage(QueueCoverage):
             self.cleared.update(q for q in range(len(pc)) if pc[q] == "park_retire" and (q == Wr) != (p == Wr))
         k = self.state_of(m)
         path = None
-        if None not in (prev, k) and prev != k and (prev, k) not in self.edges and action == "ParkRetire":
+        if None not in (prev, k) and prev != k and (prev, k) not in self.edges and action in ("ParkRetire", "NotifyWake"):
             path = self.chain(prev, k, p)
         if path is None:
             k = super().step(prev, m, p, action)
