@@ -2,11 +2,14 @@
 spec/Ring.tla (docs/stateful.md, *Trace validation*).
 
 Ring-level traces (``ring_run.trace_of`` in tests/stateful, :mod:`ringcast.trace.serial`) are
-``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}``, ``state`` the
-spec variables observed after the step; :func:`validate` writes a batch as the TLA+ module
+``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}`` (and
+``"complete": True`` for a run recorded to its end), ``state`` the spec variables observed after
+the step; :func:`validate` writes a batch as the TLA+ module
 TraceData (TLC 2.15 has no JSON module) and runs spec/trace/TraceRing.tla once per group of
 traces that share the spec's constants. MessageQueue-level traces (:mod:`.queue_serial`:
-``{"N", "NR", "M", "Big", "steps": [(action, process), ...]}``, the code's step points only) are
+``{"N", "NR", "M", "Big", "steps": [(action, process), ...]}``, the code's step points only, run
+to their end; optional ``"looks"``: looks before parking, default :data:`LOOKS`, ``"timeouts"``:
+True if a receive could time out) are
 checked by :func:`validate_queue` against spec/trace/TraceQueue.tla (one TLC run per group that
 shares the constants), which finds the spec's state itself, with spec/overflow_code.cfg's
 constants and parking on.
