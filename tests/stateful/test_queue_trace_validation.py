@@ -148,3 +148,34 @@ def test_every_single_step_change_is_rejected(pool):
     assert {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
     for (a, kind), (n, rejected, accepted) in sorted(table.items()):
         print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected, {accepted} runs of the code accepted")
+
+
+def _model_accepts(tr: dict, steps: list) -> bool:
+    """The harness's Python model of the spec (ringcast.trace.model, written apart from the TLA+)
+    as a second judge: can it take every step, ending with the run over?"""
+    from ringcast.trace.model import ORDER_QUEUE, Conformance, RingModel
+
+    m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=None, parking=True)
+    try:
+        for a, p in steps:
+            m.step(p, a, m.cursor(p), True if a == "ReaderRecvOverflow" else None)
+    except Conformance:
+        return False
+    return all(m.finished(p) for p in range(tr["NR"] + 1))
+
+
+def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
+    """Adjacent steps of two processes swapped: many such swaps commute (a run of the code), the
+    others must be rejected. TLC's verdict on each (one run) must be the Python model's."""
+    tr = record(pool, 3)
+    steps = [tuple(s) for s in tr["steps"]]
+    swaps = [steps[:k] + [steps[k + 1], steps[k]] + steps[k + 2:] for k in range(len(steps) - 1)
+             if steps[k][1] != steps[k + 1][1]]
+    results = validate_queue([tr] + [dict(tr, steps=s) for s in swaps])
+    assert results[0].ok and _model_accepts(tr, steps), results[0].summary()
+    verdicts = [(r.ok, _model_accepts(tr, s)) for r, s in zip(results[1:], swaps)]
+    differ = [k for k, (a, b) in enumerate(verdicts) if a != b]
+    assert not differ, [(swaps[k], verdicts[k]) for k in differ[:3]]
+    rejected = sum(not a for a, _ in verdicts)
+    assert 0 < rejected < len(swaps), (rejected, len(swaps))  # both kinds occur
+    print(f"{len(swaps)} swaps of two processes' adjacent steps: {rejected} rejected, {len(swaps) - rejected} commute")
