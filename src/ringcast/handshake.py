@@ -2,10 +2,12 @@
 the READY handshake.
 
 The handshake: the writer waits until every reader has subscribed to its sockets with the
-handle's secret topic (``XPUB_MANUAL``: the writer sees each subscription and applies only those
-presenting the secret, :meth:`ringcast.channel.TopicSocket.admit`), then sends ``READY`` on each;
-every reader waits for ``READY``. A subscriber without the secret is not counted and receives
-nothing, so it can neither complete the handshake nor displace a real reader. Local readers
+handle's secret topic (it sees each subscription and counts only those presenting the secret,
+:meth:`ringcast.channel.TopicSocket.admit`; the local socket applies only those, the TCP socket
+admits only holders of the handle at all), then sends ``READY`` on each; every reader waits for
+``READY``. A subscriber without the secret is not counted and receives nothing, so it can neither
+complete the handshake nor displace a real reader; a remote reader admitted after the handshake
+gets a READY of its own (and skips what came before it). Local readers
 attach to the ring *before* they subscribe, so after the handshake the writer may unlink the
 segment and remove the local socket file (both then live exactly as long as their users, and
 cannot leak).
