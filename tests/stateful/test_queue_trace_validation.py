@@ -8,8 +8,7 @@ random order (seeded); sides park at once (spin=0) and sleep until notified.  Th
 package's :func:`ringcast.trace.tracecheck.check_queue_trace`: spec/trace/TraceQueue.tla lets TLC
 find the spec's state, program counters included, for it, with Ring's invariants on every state.
 Nothing of the harness's Python model goes into the trace.  A trace with one step changed must be
-rejected (the check is not vacuous): every single-step change (drop, duplicate, swap) of
-every kind of step, all checked in one TLC run.  The objects and chunk size are the recorder's
+rejected (the check is not vacuous).  The objects and chunk size are the recorder's
 (:mod:`ringcast.trace.queue_serial`: message 2 overflows, 1 and 3 fit)."""
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import pytest
 
 from ringcast.atomics import HAVE_FUTEX
 from ringcast.trace.queue_serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK
-from ringcast.trace.tracecheck import check_queue_trace, mutants, validate_queue
+from ringcast.trace.tracecheck import check_queue_trace
 
 from .queue_run import QueueRun
 
@@ -27,15 +26,9 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("tlc"),
               pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
 
 
-class AcquireRun(QueueRun):
-    """Message 3 goes through acquire_write / acquire_read (ringcast.trace.child: raw bytes)."""
-
-    writer_opts = reader_opts = {"acquire": (2,)}
-
-
-def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2, run_class=QueueRun) -> dict:
+def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2) -> dict:
     """Run one random schedule to the end; return its trace."""
-    run = run_class(pool, n_local=n_local, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES,
+    run = QueueRun(pool, n_local=n_local, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES,
                    max_chunks=max_chunks, spin=0, recheck=RECHECK, tight_looks=0)
     rng = random.Random(seed)
     try:
@@ -48,16 +41,6 @@ def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2, run_class=Que
     finally:
         run.close()
     return run.trace()
-
-
-def test_acquire_write_and_read_are_recorded(pool, tmp_path):
-    """acquire_write's chunk is one WriterWritePayload (its step point: the caller's stores), and
-    acquire_read's copy and ack are ReaderCopy, ReaderAck: the harness model and TLC take the run."""
-    tr = record(pool, 4, run_class=AcquireRun)
-    acts = [a for a, _ in tr["steps"]]
-    assert acts.count("WriterWritePayload") == 3 and acts.count("ReaderCopy") == 6, acts
-    res = check_queue_trace(tr, tmp_path)
-    assert res.ok, res.summary() + "\n" + res.output[-3000:]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -90,92 +73,3 @@ def test_a_changed_trace_is_rejected(pool, tmp_path, change):
     tr = record(pool, 1)
     res = check_queue_trace(dict(tr, steps=change(tr["steps"])), tmp_path)
     assert not res.ok and "No error has been found" in res.output, res.output[-3000:]
-
-
-def _late_first_look(steps: list, k: int) -> bool:
-    """Is record k the first look of a wait whose second look succeeded (no parking): a
-    WriterClaim followed by WriterClaim, WriterClearWritten, or a ReaderLoadWritten that saw
-    ``written = 0`` (its read-flag load is skipped) followed by ReaderLoadWritten,
-    ReaderLoadReadFlag, ReaderCopy, with no look of the same wait before it?  Without it the run
-    is the one in which that side started to look one step later: a run of the code (its looks
-    change nothing shared), so the checker must accept it (docs/spec.md, "The MessageQueue trace
-    checker")."""
-    a, p = steps[k]
-    own = [j for j, (_b, q) in enumerate(steps) if q == p]
-    x = own.index(k)
-    prev = steps[own[x - 1]][0] if x else None
-    nxt = [steps[j][0] for j in own[x + 1 : x + 4]]
-    if a == "WriterClaim":
-        return prev not in ("WriterClaim", "ParkRetire") and nxt[:2] == ["WriterClaim", "WriterClearWritten"]
-    if a == "ReaderLoadWritten":
-        return (prev not in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkRetire")
-                and nxt == ["ReaderLoadWritten", "ReaderLoadReadFlag", "ReaderCopy"])
-    return False
-
-
-def mutation_table(traces: list[dict]) -> tuple[dict, list[str]]:
-    """Check every single-step change of ``traces`` (tracecheck.mutants) in one TLC run. Returns
-    {(action, kind): [changes, rejected, accepted as runs of the code]} and what went wrong: an
-    original rejected, a change rejected that is a run of the code, or one accepted that is not."""
-    cases = [(tr, kind, k, new) for tr in traces for kind, k, new in mutants(tr["steps"])]
-    results = validate_queue(traces + [dict(tr, steps=new, label=f"{kind} of step {k + 1}") for tr, kind, k, new in cases])
-    assert len({id(r.output) for r in results}) == 1  # one TLC run
-    wrong = [f"original {n + 1} rejected: {r.summary()}" for n, r in enumerate(results[: len(traces)]) if not r.ok]
-    table: dict = {}
-    for (tr, kind, k, _new), r in zip(cases, results[len(traces):]):
-        a = tr["steps"][k][0]
-        valid = kind == "drop" and _late_first_look(tr["steps"], k)
-        row = table.setdefault((a, kind), [0, 0, 0])
-        row[0] += 1
-        row[1 if not r.ok else 2] += 1
-        if r.ok != valid:
-            wrong.append(f"{kind} of step {k + 1} ({a} p={tr['steps'][k][1]}) {'accepted' if r.ok else 'rejected'} "
-                         f"({tr['label']})")
-    return table, wrong
-
-
-def test_every_single_step_change_is_rejected(pool):
-    """Each step dropped, duplicated, or swapped with the same process's next step, in two
-    recorded runs (the second with acquire_write / acquire_read): every change is rejected unless it is itself a run of the code (a wait's
-    first look dropped, see _late_first_look), and that one is accepted. Every kind of step in
-    the traces is dropped and duplicated, and swapped where its process has a later step."""
-    traces = [record(pool, 1), record(pool, 2, run_class=AcquireRun)]
-    table, wrong = mutation_table(traces)
-    assert not wrong, "\n".join(wrong[:20])
-    kinds = {a for tr in traces for a, _ in tr["steps"]}
-    assert {a for a, kind in table if kind == "drop"} == kinds
-    assert {a for a, kind in table if kind == "duplicate"} == kinds
-    assert {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
-    for (a, kind), (n, rejected, accepted) in sorted(table.items()):
-        print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected, {accepted} runs of the code accepted")
-
-
-def _model_accepts(tr: dict, steps: list) -> bool:
-    """The harness's Python model of the spec (ringcast.trace.model, written apart from the TLA+)
-    as a second judge: can it take every step, ending with the run over?"""
-    from ringcast.trace.model import ORDER_QUEUE, Conformance, RingModel
-
-    m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=None, parking=True)
-    try:
-        for a, p in steps:
-            m.step(p, a, m.cursor(p), True if a == "ReaderRecvOverflow" else None)
-    except Conformance:
-        return False
-    return all(m.finished(p) for p in range(tr["NR"] + 1))
-
-
-def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
-    """Adjacent steps of two processes swapped: many such swaps commute (a run of the code), the
-    others must be rejected. TLC's verdict on each (one run) must be the Python model's."""
-    tr = record(pool, 3)
-    steps = [tuple(s) for s in tr["steps"]]
-    swaps = [steps[:k] + [steps[k + 1], steps[k]] + steps[k + 2:] for k in range(len(steps) - 1)
-             if steps[k][1] != steps[k + 1][1]]
-    results = validate_queue([tr] + [dict(tr, steps=s) for s in swaps])
-    assert results[0].ok and _model_accepts(tr, steps), results[0].summary()
-    verdicts = [(r.ok, _model_accepts(tr, s)) for r, s in zip(results[1:], swaps)]
-    differ = [k for k, (a, b) in enumerate(verdicts) if a != b]
-    assert not differ, [(swaps[k], verdicts[k]) for k in differ[:3]]
-    rejected = sum(not a for a, _ in verdicts)
-    assert 0 < rejected < len(swaps), (rejected, len(swaps))  # both kinds occur
-    print(f"{len(swaps)} swaps of two processes' adjacent steps: {rejected} rejected, {len(swaps) - rejected} commute")
