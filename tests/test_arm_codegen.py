@@ -86,12 +86,27 @@ def test_fence_points_are_found_in_the_code():
 
 # --------------------------------------------------------------- assembly --
 
+def _multiarch_pyconfig(tmp: Path) -> list[str]:
+    """Debian's Python headers are multiarch: their pyconfig.h includes
+    ``<TRIPLET/pythonX.Y/pyconfig.h>`` for the *target*, which only the host's triplet has. Give
+    the aarch64 triplet the host's file in a scratch include directory (the same LP64
+    description, as below). Nothing for headers without that dispatch (pyenv, python.org)."""
+    multiarch, ver = sysconfig.get_config_var("MULTIARCH"), f"python{sysconfig.get_python_version()}"
+    host = Path("/usr/include") / str(multiarch) / ver / "pyconfig.h"
+    if not multiarch or not host.exists():
+        return []
+    d = tmp / "multiarch-include" / "aarch64-linux-gnu" / ver
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(host, d / "pyconfig.h")
+    return ["-I", str(tmp / "multiarch-include")]
+
+
 def compile_s(source: Path, flags: list[str], tmp: Path) -> str:
     out = tmp / (source.stem + "-" + "_".join(f.strip("-") for f in flags) + ".s")
     include = sysconfig.get_paths()["include"]
     # The host's Python headers: the functions below use only PyObject calls and fixed-size
     # integers, which an x86_64 pyconfig.h describes the same way as an LP64 AArch64 one.
-    cmd = [CC, "-O2", "-S", *flags, "-I", include, "-o", str(out), str(source)]
+    cmd = [CC, "-O2", "-S", *flags, "-I", include, *_multiarch_pyconfig(tmp), "-o", str(out), str(source)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{' '.join(cmd)}:\n{r.stderr}"
     return out.read_text()
