@@ -46,7 +46,7 @@ from .errors import HandleError
 from .shm import process_alive, process_start_time
 
 __all__ = [
-    "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "check_remote_security", "credentials", "READY", "local_address", "remove_local", "default_ip",
+    "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "check_remote_security", "credentials", "READY", "is_ready", "local_address", "remove_local", "default_ip",
     "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all",
 ]
 
@@ -63,6 +63,11 @@ UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue
 HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
 PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN, the topic's hex as password
 READY = b"READY"  # the writer's handshake message (ringcast.handshake)
+
+
+def is_ready(frames) -> bool:
+    """``frames`` (bytes or zmq.Frame objects, topic stripped) is the writer's READY."""
+    return len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY
 
 logger = logging.getLogger("ringcast")
 
@@ -295,7 +300,7 @@ class TopicSocket:
         frames = self.sock.recv_multipart(copy=copy)
         if self._strip:
             frames = frames[1:]
-            if self.after_ready and len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY:
+            if self.after_ready and is_ready(frames):
                 return None
         return frames
 

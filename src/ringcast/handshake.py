@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .channel import READY, TOPIC_BYTES
+from .channel import READY, TOPIC_BYTES, is_ready
 from .errors import HandleError
+from .shm import is_int
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
@@ -45,28 +46,24 @@ class Handle:
     version: int = HANDLE_VERSION
 
 
-def _is_int(v, low: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
-
-
 def _bad_field(h: Handle) -> str | None:
     """The first field of ``h`` that no writer's handle can have, or None. Nothing here reads
     or maps anything: every field a reader acts on is checked before it touches a segment."""
     ranks = h.local_reader_ranks
-    if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks) or len(set(ranks)) != len(ranks):
+    if not isinstance(ranks, list) or not all(is_int(r) for r in ranks) or len(set(ranks)) != len(ranks):
         return "local_reader_ranks"
-    if not _is_int(h.n_reader, max(1, len(ranks))):
+    if not is_int(h.n_reader, max(1, len(ranks))):
         return "n_reader"
     if ranks:  # local readers: the ring has exactly one read flag per local reader
         b = h.buffer_handle
-        if not (isinstance(b, tuple) and len(b) == 4 and b[0] == len(ranks) and _is_int(b[1], 1) and _is_int(b[2], 1)
+        if not (isinstance(b, tuple) and len(b) == 4 and b[0] == len(ranks) and is_int(b[1], 1) and is_int(b[2], 1)
                 and isinstance(b[3], str)):
             return "buffer_handle"
         if not (isinstance(h.local_subscribe_addr, str) and h.local_subscribe_addr.startswith("ipc://")):
             return "local_subscribe_addr"
         a = h.tensor_arena
         if a is not None and not (isinstance(a, tuple) and len(a) == 4 and isinstance(a[0], str) and a[1] == len(ranks)
-                                  and _is_int(a[2], 1) and _is_int(a[3], 1)):
+                                  and is_int(a[2], 1) and is_int(a[3], 1)):
             return "tensor_arena"
     if h.n_reader > len(ranks):  # remote readers
         if not (isinstance(h.remote_subscribe_addr, str) and h.remote_subscribe_addr.startswith("tcp://")):
@@ -151,10 +148,10 @@ def reader_handshake(sock, recv) -> None:
     while True:
         what = f"waiting for the writer's READY ({skipped} earlier message(s) skipped)" if skipped else "waiting for the writer's READY"
         msg = recv(sock, what)
-        if len(msg) == 1 and bytes(msg[0]) == READY or not sock.ready_again:
+        if is_ready(msg) or not sock.ready_again:
             break
         skipped += 1
-    if len(msg) != 1 or bytes(msg[0]) != READY:
+    if not is_ready(msg):
         raise HandleError(
             f"expected READY from the writer, got a {len(msg)}-frame message starting {bytes(msg[0])[:16]!r}: a message "
             "of a queue this reader was not admitted to; the handle's address belongs to another queue"

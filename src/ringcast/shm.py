@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover - non-POSIX platforms
 
 __all__ = [
     "Segment",
+    "is_int",
     "Locator",
     "can_attach",
     "check_attach",
@@ -140,9 +141,9 @@ class Locator:
                     f"shared-memory name must be a str of 1 to {NAME_MAX} bytes without '/' or NUL, and not '.' or "
                     f"'..', got {self.name!r}: pass the writer's handle unchanged"
                 )
-            bad = None if _is_int(self.size, 0) else "size"
+            bad = None if is_int(self.size, 0) else "size"
         elif self.kind == "memfd":
-            bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not _is_int(getattr(self, f), low)), None)
+            bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not is_int(getattr(self, f), low)), None)
             if bad is None and not (isinstance(self.token, str) and len(self.token) == 2 * TOKEN_BYTES and set(self.token) <= _HEX):
                 bad = "token"
         else:
@@ -155,7 +156,8 @@ class Locator:
 _HEX = set("0123456789abcdef")
 
 
-def _is_int(v, low: int) -> bool:
+def is_int(v, low: int = 0) -> bool:
+    """``v`` is an int (not a bool) in ``[low, 2**62)``: a field a handle may carry."""
     return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
 
 
@@ -215,7 +217,7 @@ class Segment:
         the resource tracker) applies to posix only."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        if not _is_int(size, 1):
+        if not is_int(size, 1):
             raise ValueError(f"segment size must be a positive int, got {size!r}")
         memfd = kind != "posix" and memfd_available()
         if kind == "posix" or (kind == "auto" and not memfd):
