@@ -47,62 +47,50 @@ def search(max_examples: int, steps: int) -> settings:
 def pick(run, k: int):
     """Process ``k`` of a run: 0 is the writer, k >= 1 is reader (k-1) mod NR (a mapping that
     stays put while Hypothesis shrinks: the writer is the simplest choice)."""
-    hooked = [pr for pr in run.procs if pr.hooked]
-    writer = hooked[-1]
-    readers = hooked[:-1]
-    if k == 0 or not readers:
-        return writer
-    return readers[(k - 1) % len(readers)]
-
-
-class SpecInvariants(RuleBasedStateMachine):
-    """The spec's invariants (spec/Ring.tla, :data:`RingModel.INVARIANTS`: NoDataRace, NoOverwrite,
-    InOrder and the harness's Cursors), one named Hypothesis @invariant each, on the spec model of
-    the run after every rule. The run evaluates the same checks after every single step (a burst
-    is checked step by step); these make each invariant visible by name in the machine."""
-
-    run = None
-    failed = False
-
-    def _holds(self, name: str, model: str = "model") -> None:
-        """Invariant ``name`` of the run's ``model`` (``amodel``: the arena's, arena_run.py)."""
-        run = self.run
-        if run is None or self.failed or (name == "Cursors" and not run.cursors):
-            return
-        bad = getattr(getattr(run, model), name)()
-        if bad:
-            self.failed = True
-            run._fail("Violation", "; ".join(bad))
+    *readers, writer = [pr for pr in run.procs if pr.hooked]
+    return readers[(k - 1) % len(readers)] if k and readers else writer
 
 
 def _invariant(name: str, model: str = "model"):
+    """Invariant ``name`` of the run's ``model`` (``amodel``: the arena's, arena_run.py) as a
+    Hypothesis @invariant named ``name``."""
     def holds(self):
-        self._holds(name, model)
+        run = self.run
+        if run is None or self.failed or (name == "Cursors" and not run.cursors):
+            return
+        if bad := getattr(getattr(run, model), name)():
+            self.failed = True
+            run._fail("Violation", "; ".join(bad))
 
     holds.__name__ = name
     return invariant()(holds)
 
 
-for _name in RingModel.INVARIANTS:
-    setattr(SpecInvariants, _name, _invariant(_name))
-
-
-class Machine(SpecInvariants):
-    """The rules every run has: let process k take one step or a burst of steps, finished."""
+class Machine(RuleBasedStateMachine):
+    """The rules every run has: let process k take one step or a burst of steps, finished. The
+    spec's invariants (spec/Ring.tla, :data:`RingModel.INVARIANTS`: NoDataRace, NoOverwrite,
+    InOrder and the harness's Cursors) are one named Hypothesis @invariant each, on the spec model
+    of the run after every rule. The run evaluates the same checks after every single step (a
+    burst is checked step by step); these make each invariant visible by name in the machine."""
 
     run = None
+    failed = False
     on_complete = None  # what the teardown hands a completed run to
 
-    def _go(self, k: int, n: int, shutdown: bool = False) -> None:
+    def _do(self, fn, *args) -> None:
+        """``fn(*args)``; a failure marks the machine failed (no invariant check, no drain after it)."""
         try:
-            pr = pick(self.run, k)
-            for j in range(n):
-                if pr.pending is None or pr.sleeping:  # asleep in futex_wait: nothing to step
-                    return
-                self.run.step(pr, shutdown=True) if shutdown and j == 0 else self.run.step(pr)
+            fn(*args)
         except BaseException:
             self.failed = True
             raise
+
+    def _go(self, k: int, n: int, shutdown: bool = False) -> None:
+        pr = pick(self.run, k)
+        for j in range(n):
+            if pr.pending is None or pr.sleeping:  # asleep in futex_wait: nothing to step
+                return
+            self._do(self.run.step, pr, *((True,) if shutdown and j == 0 else ()))
 
     @precondition(lambda self: self.run is not None and self.run.runnable())
     @rule(k=st.integers(0, 3))
@@ -136,6 +124,10 @@ class Machine(SpecInvariants):
                     self.on_complete(run)
         finally:
             run.close()
+
+
+for _name in RingModel.INVARIANTS:
+    setattr(Machine, _name, _invariant(_name))
 
 
 def ring_machine(pool: Pool, *, writer: str = "correct", reader: str = "correct", cursors: bool = True,
@@ -223,13 +215,6 @@ def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct
             self.run = ArenaRun(pool, n_local=n_local, objs=objs, max_chunks=max_chunks, slots=slots,
                                 reader=reader, writer=writer, doomed=None if doomed is None else doomed % n_local)
 
-        def _do(self, fn) -> None:
-            try:
-                fn()
-            except BaseException:
-                self.failed = True
-                raise
-
         @precondition(lambda self: self.run is not None and self.run.droppable())
         @rule(k=st.integers(0, 3), j=st.integers(0, 3))
         def drop(self, k, j):
@@ -239,14 +224,14 @@ def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct
             pr = cands[k % len(cands)]
             kept = self.run.kept[pr.p]
             if j < len(kept):
-                self._do(lambda: self.run.drop(pr, kept[j][0]))
+                self._do(self.run.drop, pr, kept[j][0])
 
         @precondition(lambda self: self.run is not None and self.run.crashable())
         @rule(k=st.integers(0, 3))
         def crash(self, k):
             """A reader dies (SIGKILL) holding its views; the writer must take its slots back."""
             cands = self.run.crashable()
-            self._do(lambda: self.run.crash(cands[k % len(cands)]))
+            self._do(self.run.crash, cands[k % len(cands)])
 
         ArenaNoOverwrite = _invariant("NoOverwrite", "amodel")
         ArenaNoDeadLeak = _invariant("NoDeadLeak", "amodel")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ringcast.layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_WAITERS
 from ringcast.ring import ShmRingBuffer
 from ringcast.trace.check import check_state
 from ringcast.trace.child import ChildError, handshake
@@ -10,6 +11,17 @@ from ringcast.trace.model import ORDER_QUEUE, RingModel
 
 from .pool import Pool
 from .ring_run import Proc, RunBase
+
+#: the two eventcounts: readers park on write_seq ("R"), the writer on read_seq ("W")
+WORDS = {"R": (WRITE_SEQ, READER_WAITERS, "readers'"), "W": (READ_SEQ, WRITER_WAITERS, "writer's")}
+
+
+def start_queue(writer, readers: list, objs: list, n_local: int, mcb: int, mc: int, wopts: dict, ropts, on_handle=None):
+    """Set up a MessageQueue run (child.handshake): ``writer`` enqueues ``objs`` with ``wopts``,
+    reader ``r`` of ``readers`` (the first ``n_local`` local) dequeues them with ``ropts(r)``."""
+    handshake(writer, ("mq_writer", {"p": n_local, "n_reader": len(readers), "n_local": n_local, "max_chunk_bytes": mcb,
+                                     "max_chunks": mc, "objs": list(objs), **wopts}),
+              readers, lambda r, h: ("mq_reader", {"p": r, "handle": h, "M": len(objs), **ropts(r)}), on_handle=on_handle)
 
 
 class QueueRun(RunBase):
@@ -29,11 +41,8 @@ class QueueRun(RunBase):
     def __init__(self, pool: Pool, *, n_local: int, n_remote: int, objs: list, max_chunk_bytes: int, max_chunks: int,
                  writer_timeout: float | None = None, reader_timeout: float | None = None, quantum: float = 1e-3,
                  cursors: bool = True, spin: float = 1e9, recheck: float = 0.05, tight_looks: int | None = None) -> None:
-        self.objs = list(objs)
-        self.M = len(objs)
-        self.n_local, self.n_remote = n_local, n_remote
-        self.mcb, self.mc = max_chunk_bytes, max_chunks
-        self.cursors = cursors
+        self.objs, self.M = list(objs), len(objs)
+        self.n_local, self.n_remote, self.mcb, self.mc, self.cursors = n_local, n_remote, max_chunk_bytes, max_chunks, cursors
         self.schedule: list[str] = []
         self.got: dict[int, list] = {}
         self.timeouts = 0
@@ -43,36 +52,26 @@ class QueueRun(RunBase):
         #: blocking ParkSleep when its sleeper wakes up), as ringcast.trace.tracecheck takes it
         self.records: list[tuple[str, int]] = []
         self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=None, parking=True)
-        self.model.NR = n_local  # no local readers: the model has nothing to check on the ring
+        self.model.NR = self.model.Wr = n_local  # no local readers: the model has nothing to check on the ring
+        if n_local == 0:
+            self.model.pc = ["claim"]
         self.pool = pool
         n_reader = n_local + n_remote
         workers = pool.ensure(n_reader + 1)
         self.procs = [Proc(r, workers[r], f"R{r}" if r < n_local else f"remote{r}", hooked=r < n_local) for r in range(n_reader)]
-        self.writer = Proc(n_local, workers[n_reader], "W")
-        self.model.Wr = n_local
-        if n_local == 0:
-            self.model.pc = ["claim"]
+        self.writer = Proc(n_local, workers[n_reader], "W", hooked=n_local > 0)
         self.procs.append(self.writer)
-        waiting = {"spin": spin, "recheck": recheck}
-        if tight_looks is not None:
-            waiting["tight_looks"] = tight_looks
+        waiting = {"spin": spin, "recheck": recheck, **({} if tight_looks is None else {"tight_looks": tight_looks})}
+        wopts = {"timeout": writer_timeout, "quantum": quantum, "hooked": n_local > 0, **waiting, **self.writer_opts}
+        local = {"timeout": reader_timeout, "quantum": quantum, "hooked": True, **waiting, **self.reader_opts}
+        remote = {"timeout": None, "quantum": quantum, "hooked": False}
         try:
             try:
-                handshake(self.writer.worker, ("mq_writer", {
-                    "p": n_local, "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
-                    "max_chunks": max_chunks, "objs": self.objs, "timeout": writer_timeout, "quantum": quantum,
-                    "hooked": n_local > 0, **waiting, **self.writer_opts}),
-                    [pr.worker for pr in self.procs[:-1]],
-                    lambda r, h: ("mq_reader", {"p": r, "handle": h, "M": self.M, "quantum": quantum, "hooked": self.procs[r].hooked,
-                                                "timeout": reader_timeout if self.procs[r].hooked else None,
-                                                **({**waiting, **self.reader_opts} if self.procs[r].hooked else {})}),
-                    on_handle=self._attach)
+                start_queue(self.writer.worker, [pr.worker for pr in self.procs[:-1]], self.objs, n_local, max_chunk_bytes,
+                            max_chunks, wopts, lambda r: local if r < n_local else remote, self._attach)
             except ChildError as e:
                 self._fail("worker error", str(e))
             for pr in self.procs:
-                if pr is self.writer and n_local == 0:
-                    pr.hooked = False
-                    continue
                 if pr.hooked:
                     self._absorb(pr, pr.worker.recv())
                     self._events(pr)
@@ -105,38 +104,26 @@ class QueueRun(RunBase):
                 self.timeouts += 1
             elif ev[0] == "cancelled":
                 self.cancelled.add(pr.p)
-                if pr.hooked and pr.p != self.writer.p:
-                    self.model.cancelled.add(pr.p)
-                elif pr.p == self.writer.p:
+                if pr.hooked or pr is self.writer:
                     self.model.cancelled.add(pr.p)
 
     # -- the eventcount words ------------------------------------------------------------------
     def _u32(self, off: int) -> int:
         return int.from_bytes(self.ring.buf[off : off + 4], "little")
 
-    def _seq(self, word: str) -> int:
-        from ringcast.layout import READ_SEQ, WRITE_SEQ
-
-        return self._u32(WRITE_SEQ if word == "R" else READ_SEQ)
-
     def _check_park_words(self) -> None:
         """The segment's waiter counts equal the model's; a parked process's futex word has moved
         since its snapshot exactly when the model says so."""
-        from ringcast.layout import READER_WAITERS, WRITER_WAITERS
-
         if self.ring is None:
             return
         m = self.model
-        for word, off, who in (("R", READER_WAITERS, "readers'"), ("W", WRITER_WAITERS, "writer's")):
-            real = self._u32(off)
-            if real != m.waiters[word]:
+        for word, (_, off, who) in WORDS.items():
+            if (real := self._u32(off)) != m.waiters[word]:
                 self._fail("Conformance", f"the {who} eventcount has {real} waiters in the segment, the spec's waiters is {m.waiters[word]}")
         for q, word in enumerate(m.word):
-            if word is not None and q in self.snap:
-                moved = self._seq(word) != self.snap[q]
-                if moved != m.moved[q]:
-                    self._fail("Conformance", f"{m._name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
-                               f"ParkSnapshot, the spec's moved is {m.moved[q]}")
+            if word is not None and q in self.snap and (moved := self._u32(WORDS[word][0]) != self.snap[q]) != m.moved[q]:
+                self._fail("Conformance", f"{m.name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
+                           f"ParkSnapshot, the spec's moved is {m.moved[q]}")
 
     def _wake_sleepers(self) -> None:
         """Collect the report of every sleeper whose futex word the last step moved (it was woken,
@@ -181,7 +168,7 @@ class QueueRun(RunBase):
             extra = any(ev[0] == "delivered" for ev in pr.events)
         self._take(pr, action, index, extra)
         if action == "ParkSnapshot" and self.ring is not None:
-            self.snap[pr.p] = self._seq(m.word[pr.p])  # what it loaded: nobody bumps the word in between
+            self.snap[pr.p] = self._u32(WORDS[m.word[pr.p]][0])  # what it loaded: nobody bumps the word in between
         self._events(pr)
         self._check_pending(pr)
         self._after_step()
@@ -228,37 +215,29 @@ class QueueRun(RunBase):
                 if pr.pending is not None and not pr.sleeping:
                     self.step(pr)
         for pr in [*self.runnable(), *self.sleeping()]:
-            action = pr.pending[0]
-            looks = ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
+            action, c = pr.pending[0], m.cursor(pr.p)
             if pr.p == m.Wr:
                 ok = action in ("WriterClaim", "ParkSnapshot", "ParkSleep") and not m.claimable()
             else:
-                c = m.i[pr.p]
-                ok = action in looks and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0)
+                ok = (action in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
+                      and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0))
             if not ok:
-                state = "sleeps" if pr.sleeping else "still runs"
-                self._fail("Liveness", f"after shutdown {pr.name} {state} ({action}) although it is not blocked")
+                self._fail("Liveness", f"after shutdown {pr.name} {'sleeps' if pr.sleeping else 'still runs'} ({action}) "
+                           "although it is not blocked")
 
     def check_complete(self) -> None:
-        # remote readers run free: collect what they delivered
-        for pr in self.procs:
-            if pr.hooked or pr is self.writer:
-                continue
-            if self.cancelled:
-                pr.events = pr.worker.stop()
+        for pr in self.procs:  # remote readers run free: collect what they delivered
+            if not pr.hooked and pr is not self.writer:
+                if self.cancelled:
+                    pr.events = pr.worker.stop()
+                else:
+                    self._absorb(pr, pr.worker.recv())
                 self._events(pr)
-                continue
-            msg = pr.worker.recv()
-            if msg[0] == "error":
-                self._fail("worker error", f"{pr.name} raised:\n{msg[1]}")
-            pr.events = list(msg[-1])
-            self._events(pr)
         if self.cancelled:
             return
         for r in range(self.n_local + self.n_remote):
-            got = self.got.get(r, [])
-            if len(got) != self.M:
-                self._fail("Liveness", f"reader {r} delivered {len(got)} of {self.M} messages")
+            if (n := len(self.got.get(r, []))) != self.M:
+                self._fail("Liveness", f"reader {r} delivered {n} of {self.M} messages")
 
     def close(self) -> None:
         for pr in self.procs:
@@ -300,12 +279,10 @@ def free_run(pool: Pool, objs: list, *, n_local: int, n_remote: int, max_chunk_b
     n_reader = n_local + n_remote
     workers = pool.ensure(n_reader + 1)
     wk, rks = workers[n_reader], workers[:n_reader]
+    free = {"hooked": False, "spin": 100e-6}
     try:
-        handshake(wk, ("mq_writer", {"p": n_reader, "n_reader": n_reader, "n_local": n_local, "max_chunk_bytes": max_chunk_bytes,
-                                     "max_chunks": max_chunks, "objs": list(objs), "hooked": False, "spin": 100e-6,
-                                     "delays": list(writer_delays)}),
-                  rks, lambda r, h: ("mq_reader", {"p": r, "handle": h, "M": len(objs), "hooked": False, "spin": 100e-6,
-                                                   "delays": list(reader_delays[r] if reader_delays else ())}))
+        start_queue(wk, rks, objs, n_local, max_chunk_bytes, max_chunks, {**free, "delays": list(writer_delays)},
+                    lambda r: {**free, "delays": list(reader_delays[r] if reader_delays else ())})
         got = {r: [ev[1] for ev in w.expect("done", timeout, f"reader {r}")[-1] if ev[0] == "delivered"] for r, w in enumerate(rks)}
         wk.expect("done", timeout, "the writer")
     finally:

@@ -74,20 +74,14 @@ class RunBase:
         return [pr for pr in self.procs if pr.hooked and pr.pending is not None and not pr.sleeping]
 
     def _absorb(self, pr: Proc, msg) -> None:
-        """Take a worker's report after a step."""
-        kind = msg[0]
-        if kind == "error":
+        """Take a worker's report after a step: ``("at", action, index, extra, events)``,
+        ``("done", events)`` or ``("error", traceback)``."""
+        if msg[0] == "error":
             pr.pending = None
             self._fail("worker error", f"{pr.name} raised:\n{msg[1]}")
-        if kind == "at":
-            _, action, index, extra, events = msg
-            pr.pending = (action, index, extra)
-        elif kind == "done":
-            pr.pending = None
-            events = msg[1]
-        else:
+        if msg[0] not in ("at", "done"):
             self._fail("protocol", f"{pr.name} answered {msg!r}")
-        pr.events = list(events)
+        pr.pending, pr.events = (tuple(msg[1:4]) if msg[0] == "at" else None), list(msg[-1])
 
     def _check_pending(self, pr: Proc) -> None:
         m = self.model

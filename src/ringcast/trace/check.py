@@ -37,13 +37,12 @@ def check_step(model: RingModel, rec: StepRecord, *, cursors: bool = True, trace
     Returns the spec steps taken (implicit ones included: :meth:`RingModel.step`), also appended
     to ``trace`` as soon as the model takes them (so a trace ends with the step that broke an
     invariant); raises :class:`Conformance` or :class:`Violation`."""
-    name = "W" if rec.p == model.Wr else f"R{rec.p}"
     expect_copy = model.data[model.i[rec.p]] if rec.action == "ReaderCopy" else None
     taken = model.step(rec.p, rec.action, rec.index, rec.extra)
     if trace is not None:
         trace.extend(taken)
     if rec.action == "ReaderCopy" and rec.copied != expect_copy:
-        raise Conformance(f"{name} copied payload value {rec.copied} but the spec's chunk holds {expect_copy}")
+        raise Conformance(f"{model.name(rec.p)} copied payload value {rec.copied} but the spec's chunk holds {expect_copy}")
     check_state(model, rec.flags, rec.data, cursors)
     return taken
 

@@ -144,22 +144,30 @@ class RingModel:
             self.msg += 1
             self.pc[Wr] = "notify_load" if self.parking else ("done" if self.msg > self.M else "claim")
 
-    def WriterClaim(self) -> None:
-        Wr = self.Wr
-        rechk, self.rechk[Wr] = self.rechk[Wr], False
-        self.lastfail[Wr] = False
-        if self.claimable():
-            self.wk, self.wr = 1, 0
-            self.parts_done = 0
-            self.pc[Wr] = self.Order[0]
-            if rechk:  # waiting.py: a successful re-check retires, then the writer goes on
-                self.after_retire[Wr], self.pc[Wr] = self.pc[Wr], "park_retire"
+    def _looked(self, p: int, ready: bool, then: str, skip: bool = False) -> None:
+        """The end of a look at the ring (WriterClaim, ReaderLoadReadFlag): ready, on to ``then``
+        (after a successful re-check by way of ParkRetire: waiting.py retires, then goes on); not
+        ready, back to sleep in a re-check, else a stutter: the code looks again (spin) or parks
+        (ParkSnapshot), as the spec's Parking; ``skip``, a planted bug not in the spec, moves on
+        to the next chunk instead."""
+        rechk, self.rechk[p], self.lastfail[p] = self.rechk[p], False, False
+        if ready and rechk:
+            self.pc[p], self.after_retire[p] = "park_retire", then
+        elif ready:
+            self.pc[p] = then
         elif rechk:
-            self.pc[Wr] = "park_sleep"
-        elif self.scan_ahead:  # not in the spec: the broken writer looks at the next chunk
-            self.w = (self.w + 1) % self.N
-        else:  # stutter: the code looks again (spin) or parks (ParkSnapshot), as the spec's Parking
-            self.lastfail[Wr] = True
+            self.pc[p] = "park_sleep"
+        else:
+            self.pc[p], self.lastfail[p] = self._loop_top(p), not skip
+            if skip and p == self.Wr:
+                self.w = (self.w + 1) % self.N
+            elif skip:
+                self.i[p] = (self.i[p] + 1) % self.N
+
+    def WriterClaim(self) -> None:
+        if ok := self.claimable():
+            self.wk, self.wr, self.parts_done = 1, 0, 0
+        self._looked(self.Wr, ok, self.Order[0], self.scan_ahead)
 
     def WriterClearWritten(self) -> None:
         self.written[self.w] = 0
@@ -209,20 +217,8 @@ class RingModel:
         self.pc[r] = "load_r"
 
     def ReaderLoadReadFlag(self, r: int) -> None:
-        f = self.rflag[self.i[r]][r]
-        rechk, self.rechk[r] = self.rechk[r], False
-        if self.seen[r] == 1 and f == 0:
-            self.pc[r] = "copy"
-            if rechk:  # waiting.py: a successful re-check retires, then the reader copies
-                self.after_retire[r], self.pc[r] = "copy", "park_retire"
-        elif rechk:
-            self.pc[r] = "park_sleep"
-        elif self.SkipReader and self.seen[r] == 1 and f == 1:
-            self.i[r] = (self.i[r] + 1) % self.N  # broken: skip the chunk
-            self.pc[r] = "load_w"
-        else:
-            self.pc[r] = "load_w"
-            self.lastfail[r] = True
+        seen, f = self.seen[r], self.rflag[self.i[r]][r]
+        self._looked(r, seen == 1 and f == 0, "copy", self.SkipReader and seen == 1 and f == 1)
 
     def ReaderCopy(self, r: int) -> int:
         v = self.data[self.i[r]]
@@ -288,7 +284,7 @@ class RingModel:
 
     def ParkSleep(self, p: int) -> None:
         if not self.moved[p]:
-            raise Conformance(f"{self._name(p)} returned from ParkSleep although its futex word did not move")
+            raise Conformance(f"{self.name(p)} returned from ParkSleep although its futex word did not move")
         self.pc[p] = "park_retire"
 
     def ParkRetire(self, p: int) -> None:
@@ -317,60 +313,34 @@ class RingModel:
         ``[(action, p, state)]`` (``state``: :meth:`state` right after that spec step).  Raises
         :class:`Conformance` when the spec does not allow it."""
         taken = []
-        exp = self.expected(p)
-        if exp == ("done",):
-            raise Conformance(f"process {self._name(p)} is finished in the spec but executed {action}")
-        if action in PARK_ACTIONS:
-            if p != self.Wr and self.pc[p] == "load_r" and self.seen[p] == 0:
-                self.ReaderLoadReadFlag(p)
-                taken.append(("ReaderLoadReadFlag", p, self.state()))
-            if action not in self.expected(p):
-                raise Conformance(f"{self._name(p)} executed {action}, the spec allows {' or '.join(self.expected(p))} "
-                                  f"(pc {self.pc[p]!r})")
-            if index != self.cursor(p):
-                raise Conformance(f"{self._name(p)} executed {action} at chunk {index}, the spec's cursor is {self.cursor(p)}")
-            if self.pc[p] == "park_sleep" and action == "ParkRetire":
-                self.pc[p] = "park_retire"  # cancelled after a failed re-check: no sleep
-            getattr(self, action)(p)
-            taken.append((action, p, self.state()))
-            return taken
-        if p == self.Wr:
-            pc = self.pc[p]
-            if pc == "payload" and self.parts is None and self.parts_done > 0 and action != "WriterWritePayload":
-                self._payload_complete()
-                taken.append(("WriterWritePayload_end", p, self.state()))
-                pc = self.pc[p]
-            if pc == "send" and action != "WriterSendOverflow":
+
+        def implicit(name: str, fn, *args) -> None:  # a spec step the code has no step point for
+            fn(*args)
+            taken.append((name, p, self.state()))
+
+        if self.expected(p) == ("done",):
+            raise Conformance(f"process {self.name(p)} is finished in the spec but executed {action}")
+        park, writer = action in PARK_ACTIONS, p == self.Wr
+        if not writer and self.pc[p] == "load_r" and self.seen[p] == 0 and action != "ReaderLoadReadFlag":
+            implicit("ReaderLoadReadFlag", self.ReaderLoadReadFlag, p)
+        if writer and not park:
+            if self.pc[p] == "payload" and self.parts is None and self.parts_done > 0 and action != "WriterWritePayload":
+                implicit("WriterWritePayload_end", self._payload_complete)
+            if self.pc[p] == "send" and action != "WriterSendOverflow":
                 self._next_step()  # an inline message: no overflow send
-                pc = self.pc[p]
-            want = STEP_ACTION[pc]
-            if action != want:
-                raise Conformance(f"writer executed {action}, the spec's writer is at {pc!r} ({want})")
-            if index != self.w:
-                raise Conformance(f"writer executed {action} on chunk {index}, the spec's writer is at chunk {self.w}")
-            if action == "WriterClearReadFlag":
-                self.WriterClearReadFlag(extra)
-            else:
-                getattr(self, action)()
-            taken.append((action, p, self.state()))
-            return taken
-        r = p
-        if self.pc[r] == "load_r" and self.seen[r] == 0 and action != "ReaderLoadReadFlag":
-            self.ReaderLoadReadFlag(r)
-            taken.append(("ReaderLoadReadFlag", r, self.state()))
-        want = STEP_ACTION[self.pc[r]]
-        if action != want:
-            raise Conformance(f"reader {r} executed {action}, the spec's reader is at {self.pc[r]!r} ({want})")
-        if index != self.i[r]:
-            raise Conformance(f"reader {r} executed {action} on chunk {index}, the spec's reader is at chunk {self.i[r]}")
-        if action == "ReaderRecvOverflow":
-            self.ReaderRecvOverflow(r, bool(extra))
-        else:
-            getattr(self, action)(r)
-        taken.append((action, r, self.state()))
+        allowed = self.expected(p) if park else (STEP_ACTION[self.pc[p]],)
+        if action not in allowed:
+            raise Conformance(f"{self.name(p)} executed {action}, the spec allows {' or '.join(allowed)} (pc {self.pc[p]!r})")
+        if index != self.cursor(p):
+            raise Conformance(f"{self.name(p)} executed {action} at chunk {index}, the spec's cursor is {self.cursor(p)}")
+        if self.pc[p] == "park_sleep" and action == "ParkRetire":
+            self.pc[p] = "park_retire"  # cancelled after a failed re-check: no sleep
+        args = {"WriterClearReadFlag": (extra,), "ReaderRecvOverflow": (p, bool(extra))}
+        getattr(self, action)(*args.get(action, () if writer and not park else (p,)))
+        taken.append((action, p, self.state()))
         return taken
 
-    def _name(self, p: int) -> str:
+    def name(self, p: int) -> str:
         return "W" if p == self.Wr else f"R{p}"
 
     # -- invariants -------------------------------------------------------------------------------
@@ -385,16 +355,10 @@ class RingModel:
 
     def NoOverwrite(self) -> list[str]:
         """A chunk never holds a message more than N ahead of what a live reader has copied."""
-        out = []
-        for c in range(self.N):
-            if self.data[c] != 0:
-                for r in range(self.NR):
-                    if r not in self.cancelled and self.ncopied[r] < abs(self.data[c]) - self.N:
-                        out.append(
-                            f"NoOverwrite: chunk {c} holds message {abs(self.data[c])} but reader {r} has copied only "
-                            f"{self.ncopied[r]} messages (message {self.ncopied[r] + 1} was overwritten unread)"
-                        )
-        return out
+        return [f"NoOverwrite: chunk {c} holds message {abs(v)} but reader {r} has copied only {self.ncopied[r]} messages "
+                f"(message {self.ncopied[r] + 1} was overwritten unread)"
+                for c, v in enumerate(self.data) if v != 0
+                for r in range(self.NR) if r not in self.cancelled and self.ncopied[r] < abs(v) - self.N]
 
     def InOrder(self) -> list[str]:
         """Every reader has delivered a prefix of what the writer wrote (no loss, duplicate or reorder)."""
@@ -403,15 +367,11 @@ class RingModel:
 
     def Cursors(self) -> list[str]:
         """(harness) A side's chunk index is its message count modulo N."""
-        out = []
-        N = self.N
+        N, out = self.N, []
         if self.pc[self.Wr] != "done" and self.w != (self.msg - 1) % N:
             out.append(f"Cursors: the writer is at chunk {self.w} but message {self.msg} belongs in chunk {(self.msg - 1) % N}")
-        for r in range(self.NR):
-            if r in self.cancelled:
-                continue
-            n = self.ncopied[r] - (1 if self.pc[r] == "ack" else 0)
-            if self.i[r] != n % N:
+        for r, n in enumerate(self.ncopied[r] - (self.pc[r] == "ack") for r in range(self.NR)):
+            if r not in self.cancelled and self.i[r] != n % N:
                 out.append(f"Cursors: reader {r} is at chunk {self.i[r]} but its next message (#{n + 1}) is in chunk {n % N}")
         return out
 
@@ -420,7 +380,4 @@ class RingModel:
 
     def violations(self, cursors: bool = True) -> list[str]:
         """Every invariant of :data:`INVARIANTS` (without Cursors when ``cursors`` is false)."""
-        out = []
-        for name in self.INVARIANTS if cursors else self.SPEC_INVARIANTS:
-            out += getattr(self, name)()
-        return out
+        return [v for name in (self.INVARIANTS if cursors else self.SPEC_INVARIANTS) for v in getattr(self, name)()]
