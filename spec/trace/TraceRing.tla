@@ -74,7 +74,16 @@ TraceStep ==
     /\ k' = k + 1
     /\ UNCHANGED t
 
-TraceDone == k = Len(Traces[t]) /\ UNCHANGED tvars
+\* A run that ran to its end (Complete[t]: ringcast.trace.serial's) is matched
+\* only in its final state: the writer done, every reader has delivered all M
+\* messages and is back at its loop top.  Without it a trace that lacks a
+\* process's last steps would match.  (The Hypothesis machine's traces stop
+\* anywhere: Complete[t] = FALSE.)
+RunOver ==
+    /\ pc[Wr] = "done"
+    /\ \A r \in Readers : Len(recv[r]) = M /\ pc[r] = "load_w"
+
+TraceDone == k = Len(Traces[t]) /\ (Complete[t] => RunOver) /\ UNCHANGED tvars
 
 TraceNext == TraceStep \/ TraceDone
 
@@ -84,4 +93,8 @@ TraceSpec == TraceInit /\ [][TraceNext]_tvars
 \* by tracecheck.py through TLC's deadlock check: a state with k < Len(Traces[t])
 \* and no TraceStep has no successor at all).
 TraceMatched == k = Len(Traces[t])
+
+\* tracecheck.validate_each (one verdict per trace, without the deadlock check):
+\* prints <<"matched", t>> for each trace followed to its end (PrintT is TRUE).
+Report == (TraceMatched /\ (Complete[t] => RunOver)) => PrintT(<<"matched", t>>)
 =============================================================================

@@ -264,6 +264,7 @@ class WriterEndpoint(_Endpoint):
         c = -1
         try:
             c = self._claim_message(timeout)
+            w._writer_write_payload(())  # the step point of the caller's stores into the chunk
             with w.data_view() as view:
                 yield view
             self._clear_flags_and_publish()

@@ -8,7 +8,8 @@ random order (seeded); sides park at once (spin=0) and sleep until notified.  Th
 package's :func:`ringcast.trace.tracecheck.check_queue_trace`: spec/trace/TraceQueue.tla lets TLC
 find the spec's state, program counters included, for it, with Ring's invariants on every state.
 Nothing of the harness's Python model goes into the trace.  A trace with one step changed must be
-rejected (the check is not vacuous).  The objects and chunk size are the recorder's
+rejected (the check is not vacuous): every single-step change (drop, duplicate, swap) of
+every kind of step, all checked in one TLC run.  The objects and chunk size are the recorder's
 (:mod:`ringcast.trace.queue_serial`: message 2 overflows, 1 and 3 fit)."""
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import random
 import pytest
 
 from ringcast.atomics import HAVE_FUTEX
-from ringcast.trace.queue_serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK
-from ringcast.trace.tracecheck import check_queue_trace
+from ringcast.trace.queue_serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace
+from ringcast.trace.tracecheck import check_queue_trace, mutants, validate_queue
 
 from .queue_run import QueueRun
 
@@ -26,9 +27,15 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("tlc"),
               pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
 
 
-def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2) -> dict:
+class AcquireRun(QueueRun):
+    """Message 3 goes through acquire_write / acquire_read (ringcast.trace.child: raw bytes)."""
+
+    writer_opts = reader_opts = {"acquire": (2,)}
+
+
+def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2, run_class=QueueRun) -> dict:
     """Run one random schedule to the end; return its trace."""
-    run = QueueRun(pool, n_local=n_local, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES,
+    run = run_class(pool, n_local=n_local, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES,
                    max_chunks=max_chunks, spin=0, recheck=RECHECK, tight_looks=0)
     rng = random.Random(seed)
     try:
@@ -43,6 +50,16 @@ def record(pool, seed: int, n_local: int = 2, max_chunks: int = 2) -> dict:
     return run.trace()
 
 
+def test_acquire_write_and_read_are_recorded(pool, tmp_path):
+    """acquire_write's chunk is one WriterWritePayload (its step point: the caller's stores), and
+    acquire_read's copy and ack are ReaderCopy, ReaderAck: the harness model and TLC take the run."""
+    tr = record(pool, 4, run_class=AcquireRun)
+    acts = [a for a, _ in tr["steps"]]
+    assert acts.count("WriterWritePayload") == 3 and acts.count("ReaderCopy") == 6, acts
+    res = check_queue_trace(tr, tmp_path)
+    assert res.ok, res.summary() + "\n" + res.output[-3000:]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recorded_queue_runs_are_spec_behaviours(pool, tmp_path, seed):
     tr = record(pool, seed)
@@ -51,6 +68,69 @@ def test_recorded_queue_runs_are_spec_behaviours(pool, tmp_path, seed):
     res = check_queue_trace(tr, tmp_path)
     assert res.ok, f"trace (seed {seed}) is not a behaviour of spec/Ring.tla: {res.summary()}\n" \
                    + "\n".join(f"{k + 1}. {a} p={p}" for k, (a, p) in enumerate(tr["steps"])) + "\n" + res.output[-3000:]
+
+
+#: ``ringcast stress --record-trace`` recorded this serialised run (seed 0, N=2, NR=2, M=3, Big={2};
+#: process 2 is the writer) in a fresh clone under the suite's load, and the checker rejected it.
+#: Steps 62-70: reader 0's re-check loads written = 1 of message 1 (which it acked), the writer
+#: clears written and writes message 3, clears reader 0's flag, the re-check loads flag 0 and
+#: succeeds, reader 0 retires and the code goes on to copy. Ring's ParkRetire looks again instead,
+#: and that look finds written = 0 (message 3 is not published until step 71).
+STALE_RECHECK = (
+    "W:WriterClaim W:WriterClearWritten R0:ReaderLoadWritten R0:ReaderLoadWritten W:WriterWritePayload R0:ParkSnapshot "
+    "R1:ReaderLoadWritten R1:ReaderLoadWritten R1:ParkSnapshot W:WriterClearReadFlag W:WriterClearReadFlag W:WriterPublish "
+    "W:NotifyLoadWaiters R0:ParkAnnounce R0:ParkRecheck W:WriterClaim W:WriterClearWritten W:WriterWritePayload "
+    "W:WriterSendOverflow R1:ParkAnnounce W:WriterClearReadFlag R0:ReaderLoadWritten R0:ReaderLoadReadFlag "
+    "W:WriterClearReadFlag W:WriterPublish W:NotifyLoadWaiters W:NotifyWake W:WriterClaim W:WriterClaim R0:ParkRetire "
+    "W:ParkSnapshot R0:ReaderCopy R0:ReaderAck R0:NotifyLoadWaiters R0:ReaderLoadWritten W:ParkAnnounce "
+    "R0:ReaderLoadReadFlag R0:ReaderCopy R0:ReaderAck R1:ParkRecheck W:ParkRecheck R0:NotifyLoadWaiters W:WriterClaim "
+    "R0:NotifyWake R0:ReaderRecvOverflow R0:ReaderLoadWritten R0:ReaderLoadReadFlag R1:ReaderLoadWritten "
+    "R1:ReaderLoadReadFlag R1:ParkRetire W:ParkSleep W:ParkRetire R1:ReaderCopy R0:ReaderLoadWritten "
+    "R0:ReaderLoadReadFlag R0:ParkSnapshot R0:ParkAnnounce R1:ReaderAck R1:NotifyLoadWaiters R0:ParkRecheck W:WriterClaim "
+    "R0:ReaderLoadWritten W:WriterClearWritten W:WriterWritePayload W:WriterClearReadFlag W:WriterClearReadFlag "
+    "R1:ReaderLoadWritten R1:ReaderLoadReadFlag R0:ReaderLoadReadFlag R0:ParkRetire W:WriterPublish W:NotifyLoadWaiters "
+    "R0:ReaderCopy R0:ReaderAck R0:NotifyLoadWaiters R1:ReaderCopy R1:ReaderAck R1:NotifyLoadWaiters "
+    "R1:ReaderRecvOverflow R1:ReaderLoadWritten R1:ReaderLoadReadFlag R1:ReaderCopy R1:ReaderAck R1:NotifyLoadWaiters")
+
+
+def _steps_of(text: str) -> list[tuple[str, int]]:
+    return [(a, 2 if p == "W" else int(p[1:])) for p, a in (s.split(":") for s in text.split())]
+
+
+def replay(pool, steps: list) -> dict:
+    """Step the recorder's processes (QueueRun with its configuration) in the order of ``steps``;
+    each process must report the recorded action next (the harness's model checks every step).
+    Returns the run's trace, which must be ``steps``."""
+    run = QueueRun(pool, n_local=2, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES, max_chunks=2,
+                   spin=0, recheck=RECHECK, tight_looks=0)
+    try:
+        for k, (a, p) in enumerate(steps):
+            pr = run.procs[p]
+            assert pr.pending is not None and pr.pending[0] == a, f"step {k + 1}: {pr.name} is at {pr.pending}, not {a}"
+            run.step(pr)
+        run.drain()
+    finally:
+        run.close()
+    tr = run.trace()
+    assert tr["steps"] == list(steps)
+    return tr
+
+
+@pytest.mark.parametrize("copy_first", [False, True], ids=["as_recorded", "copy_before_publish"])
+def test_a_stale_recheck_goes_on_to_copy(pool, tmp_path, copy_first):
+    """The rejected recorder run, replayed step by step on real processes: reader 0's re-check
+    succeeds on a stale written = 1 and a freshly cleared flag, and the code copies without looking
+    again (TraceQueue GoOn). As recorded (the copy after the publish) and with the copy moved
+    before the writer's publish (no look after ParkRetire could succeed there: the checker that
+    re-looked, and the one with Hidden before it, rejected that run of the code)."""
+    steps = _steps_of(STALE_RECHECK)
+    if copy_first:
+        k = steps.index(("WriterPublish", 2), 70)
+        steps = steps[:k] + [steps[k + 2]] + steps[k : k + 2] + steps[k + 3 :]
+    tr = replay(pool, steps)
+    assert tr["Big"] == [2]
+    res = check_queue_trace(tr, tmp_path)
+    assert res.ok, res.summary() + "\n" + res.output[-3000:]
 
 
 def _drop_publish(trace):
@@ -73,3 +153,94 @@ def test_a_changed_trace_is_rejected(pool, tmp_path, change):
     tr = record(pool, 1)
     res = check_queue_trace(dict(tr, steps=change(tr["steps"])), tmp_path)
     assert not res.ok and "No error has been found" in res.output, res.output[-3000:]
+
+
+def _late_first_look(steps: list, k: int) -> bool:
+    """Is record k the first look of a wait whose second look succeeded (no parking): a
+    WriterClaim followed by WriterClaim, WriterClearWritten, or a ReaderLoadWritten that saw
+    ``written = 0`` (its read-flag load is skipped) followed by ReaderLoadWritten,
+    ReaderLoadReadFlag, ReaderCopy, with no look of the same wait before it?  Without it the run
+    is the one in which that side started to look one step later: a run of the code (its looks
+    change nothing shared), so the checker must accept it (docs/spec.md, "The MessageQueue trace
+    checker")."""
+    a, p = steps[k]
+    own = [j for j, (_b, q) in enumerate(steps) if q == p]
+    x = own.index(k)
+    prev = steps[own[x - 1]][0] if x else None
+    nxt = [steps[j][0] for j in own[x + 1 : x + 4]]
+    if a == "WriterClaim":
+        return prev not in ("WriterClaim", "ParkRetire") and nxt[:2] == ["WriterClaim", "WriterClearWritten"]
+    if a == "ReaderLoadWritten":
+        return (prev not in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkRetire")
+                and nxt == ["ReaderLoadWritten", "ReaderLoadReadFlag", "ReaderCopy"])
+    return False
+
+
+def mutation_table(traces: list[dict]) -> tuple[dict, list[str]]:
+    """Check every single-step change of ``traces`` (tracecheck.mutants) in one TLC run. Returns
+    {(action, kind): [changes, rejected, accepted as runs of the code]} and what went wrong: an
+    original rejected, a change rejected that is a run of the code, or one accepted that is not."""
+    cases = [(tr, kind, k, new) for tr in traces for kind, k, new in mutants(tr["steps"])]
+    results = validate_queue(traces + [dict(tr, steps=new, label=f"{kind} of step {k + 1}") for tr, kind, k, new in cases])
+    assert len({id(r.output) for r in results}) == 1  # one TLC run
+    wrong = [f"original {n + 1} rejected: {r.summary()}" for n, r in enumerate(results[: len(traces)]) if not r.ok]
+    table: dict = {}
+    for (tr, kind, k, _new), r in zip(cases, results[len(traces):]):
+        a = tr["steps"][k][0]
+        valid = kind == "drop" and _late_first_look(tr["steps"], k)
+        row = table.setdefault((a, kind), [0, 0, 0])
+        row[0] += 1
+        row[1 if not r.ok else 2] += 1
+        if r.ok != valid:
+            wrong.append(f"{kind} of step {k + 1} ({a} p={tr['steps'][k][1]}) {'accepted' if r.ok else 'rejected'} "
+                         f"({tr['label']})")
+    return table, wrong
+
+
+def test_every_single_step_change_is_rejected(pool):
+    """Each step dropped, duplicated, or swapped with the same process's next step, in two
+    recorded runs (the second with acquire_write / acquire_read) and STALE_RECHECK (GoOn):
+    every change is rejected unless it is itself a run of the code (a wait's first look dropped,
+    see _late_first_look), and that one is accepted. Every kind of step in
+    the traces is dropped and duplicated, and swapped where its process has a later step."""
+    traces = [record(pool, 1), record(pool, 2, run_class=AcquireRun),
+              queue_trace(2, 2, 3, _steps_of(STALE_RECHECK), "the stale re-check run (GoOn)")]
+    table, wrong = mutation_table(traces)
+    assert not wrong, "\n".join(wrong[:20])
+    kinds = {a for tr in traces for a, _ in tr["steps"]}
+    assert {a for a, kind in table if kind == "drop"} == kinds
+    assert {a for a, kind in table if kind == "duplicate"} == kinds
+    assert {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
+    for (a, kind), (n, rejected, accepted) in sorted(table.items()):
+        print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected, {accepted} runs of the code accepted")
+
+
+def _model_accepts(tr: dict, steps: list) -> bool:
+    """The harness's Python model of the spec (ringcast.trace.model, written apart from the TLA+)
+    as a second judge: can it take every step, ending with the run over?"""
+    from ringcast.trace.model import ORDER_QUEUE, Conformance, RingModel
+
+    m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=None, parking=True)
+    try:
+        for a, p in steps:
+            m.step(p, a, m.cursor(p), True if a == "ReaderRecvOverflow" else None)
+    except Conformance:
+        return False
+    return all(m.finished(p) for p in range(tr["NR"] + 1))
+
+
+def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
+    """Adjacent steps of two processes swapped: many such swaps commute (a run of the code), the
+    others must be rejected. TLC's verdict on each (one run) must be the Python model's."""
+    tr = record(pool, 3)
+    steps = [tuple(s) for s in tr["steps"]]
+    swaps = [steps[:k] + [steps[k + 1], steps[k]] + steps[k + 2:] for k in range(len(steps) - 1)
+             if steps[k][1] != steps[k + 1][1]]
+    results = validate_queue([tr] + [dict(tr, steps=s) for s in swaps])
+    assert results[0].ok and _model_accepts(tr, steps), results[0].summary()
+    verdicts = [(r.ok, _model_accepts(tr, s)) for r, s in zip(results[1:], swaps)]
+    differ = [k for k, (a, b) in enumerate(verdicts) if a != b]
+    assert not differ, [(swaps[k], verdicts[k]) for k in differ[:3]]
+    rejected = sum(not a for a, _ in verdicts)
+    assert 0 < rejected < len(swaps), (rejected, len(swaps))  # both kinds occur
+    print(f"{len(swaps)} swaps of two processes' adjacent steps: {rejected} rejected, {len(swaps) - rejected} commute")

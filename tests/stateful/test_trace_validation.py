@@ -1,5 +1,6 @@
 """Trace validation: schedules explored on the real code, recorded as traces, are behaviours of
-spec/Ring.tla (TLC, spec/trace/TraceRing.tla); a planted bug's trace is not."""
+spec/Ring.tla (TLC, spec/trace/TraceRing.tla); a planted bug's trace is not, nor is a recorded
+trace with any one step dropped, duplicated or swapped."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .machine import budget, ring_machine
 from ringcast.trace.serial import record_runs
 
 from .ring_run import RingRun, ScheduleFailure, trace_of
-from ringcast.trace.tracecheck import validate
+from ringcast.trace.tracecheck import mutants, validate, validate_each
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1
 
@@ -58,3 +59,31 @@ def test_planted_bug_trace_is_rejected(pool):
     assert bad.failed_trace == 1 and bad.failed_step is not None and bad.failed_step <= 5, bad.summary()
     (rev,) = validate([tr])
     assert not rev.ok and "InOrder" in rev.detail, rev.summary()
+
+
+def test_every_single_step_change_is_rejected():
+    """Two lock-serialised runs to their end (ringcast.trace.serial), each step dropped,
+    duplicated, or swapped with the same process's next step, all checked in one TLC run: every
+    change is rejected, except a failed WriterClaim dropped or duplicated (the ring-level writer
+    spins without bound, and a failed look changes nothing: the changed trace is a run of the
+    code), which is accepted. Every kind of step in the traces is changed."""
+    traces = record_runs(2, seed=7, N=2, NR=2, M=4)
+    cases = [(tr, kind, k, new) for tr in traces for kind, k, new in mutants(tr["steps"])]
+    results = validate_each(traces + [dict(tr, steps=new, label=f"{kind} of step {k + 1}") for tr, kind, k, new in cases])
+    assert len({id(r.output) for r in results}) == 1  # one TLC run
+    assert all(r.ok for r in results[: len(traces)]), results[0].output[-3000:]
+    table: dict = {}
+    wrong = []
+    for (tr, kind, k, _new), r in zip(cases, results[len(traces):]):
+        a, _p, state = tr["steps"][k]
+        spin = a == "WriterClaim" and k > 0 and tr["steps"][k - 1][2] == state and kind != "swap"
+        row = table.setdefault((a, kind), [0, 0])
+        row[0] += 1
+        row[1] += not r.ok
+        if r.ok != spin:
+            wrong.append(f"{kind} of step {k + 1} ({a}) {'accepted' if r.ok else 'rejected'} ({tr['label']})")
+    assert not wrong, "\n".join(wrong[:20])
+    kinds = {s[0] for tr in traces for s in tr["steps"]}
+    assert {a for a, _ in table} == kinds and {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
+    for (a, kind), (n, rejected) in sorted(table.items()):
+        print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected")

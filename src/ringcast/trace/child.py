@@ -16,7 +16,9 @@ data)`` after a lock-stepped one (flags and decoded payloads of every chunk, rin
 ``("stop",)``. Any other command than ``step`` reaching a pipe-stepped child in its hook
 interrupts the program (it unwinds and closes its mappings first). Events, what the program saw
 since its last report: ``("copied", value)``, ``("delivered", obj)``, ``("timeout",)``,
-``("cancelled",)``, ``("stats", statistics)``. A reader with ``keep`` keeps the arrays it delivers
+``("cancelled",)``, ``("stats", statistics)``. Message k (0-based) in a queue program's
+``acquire`` goes through acquire_write / acquire_read (a 4-byte length, then the bytes). A
+reader with ``keep`` keeps the arrays it delivers
 until ``("drop", message)`` (tensor arena runs). A control thread on a second pipe answers
 ``("shutdown",)`` with MessageQueue.shutdown(), for a main thread asleep in futex_wait.
 """
@@ -262,7 +264,11 @@ class Child:
             self._delay(p, k)
             while True:
                 try:
-                    self.mq.enqueue(obj, timeout=self._timeout(p))
+                    if k in p.get("acquire", ()):  # raw bytes into the chunk: a 4-byte length, the object
+                        with self.mq.acquire_write(timeout=self._timeout(p)) as view:
+                            view[: 4 + len(obj)] = len(obj).to_bytes(4, "little") + obj
+                    else:
+                        self.mq.enqueue(obj, timeout=self._timeout(p))
                     break
                 except RingTimeoutError:
                     if self.hooked:
@@ -280,7 +286,11 @@ class Child:
         while got < p["M"]:
             self._delay(p, got)
             try:
-                obj = self.mq.dequeue(timeout=self._timeout(p))
+                if got in p.get("acquire", ()):  # what the writer's acquire_write stored
+                    with self.mq.acquire_read(timeout=self._timeout(p)) as view:
+                        obj = bytes(view[4 : 4 + int.from_bytes(view[:4], "little")])
+                else:
+                    obj = self.mq.dequeue(timeout=self._timeout(p))
             except RingTimeoutError:
                 if self.hooked:
                     self.events.append(("timeout",))

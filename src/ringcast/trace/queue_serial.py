@@ -41,17 +41,20 @@ def queue_trace(N: int, NR: int, M: int, steps: list, label: str) -> dict:
     return {"N": N, "NR": NR, "M": M, "Big": big_of(steps), "steps": list(steps), "label": label}
 
 
-def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OBJECTS, timeout: float = 60.0) -> dict:
+def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OBJECTS, acquire: tuple = (),
+                     timeout: float = 60.0) -> dict:
     """One serialised MessageQueue run; returns its trace (:func:`queue_trace`, plus its
-    ``schedule``); RecordError if a process fails, delivers wrongly or does not finish."""
-    label = f"serialised MessageQueue run seed={seed} N={N} NR={NR} sizes={[len(o) for o in objs]}"
-    waiting = {"spin": 0, "recheck": RECHECK}
+    ``schedule``); RecordError if a process fails, delivers wrongly or does not finish. Messages
+    ``acquire`` (0-based) go through acquire_write / acquire_read instead of enqueue / dequeue."""
+    label = (f"serialised MessageQueue run seed={seed} N={N} NR={NR} sizes={[len(o) for o in objs]}"
+             + (f" acquire={list(acquire)}" if acquire else ""))
+    opts = {"spin": 0, "recheck": RECHECK, "acquire": tuple(acquire)}
     handle = []
     try:
         records, done = serialised(
             NR, ("mq_writer", {"n_reader": NR, "n_local": NR, "max_chunk_bytes": MAX_CHUNK_BYTES, "max_chunks": N,
-                               "objs": tuple(objs), **waiting}),
-            lambda r, h: ("mq_reader", {"handle": h, "M": len(objs), **waiting}), label, seed=seed, timeout=timeout,
+                               "objs": tuple(objs), **opts}),
+            lambda r, h: ("mq_reader", {"handle": h, "M": len(objs), **opts}), label, seed=seed, timeout=timeout,
             on_handle=handle.append)
     finally:
         addr = getattr(handle[0] if handle else None, "local_subscribe_addr", None) or ""
@@ -71,5 +74,6 @@ def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OB
 
 
 def record_queue_runs(n_runs: int, *, seed: int = 0, timeout: float = 60.0) -> list[dict]:
-    """``n_runs`` serialised MessageQueue runs (seeds ``seed``, ``seed + 1``, ...); their traces."""
-    return [record_queue_run(seed=seed + k, timeout=timeout) for k in range(n_runs)]
+    """``n_runs`` serialised MessageQueue runs (seeds ``seed``, ``seed + 1``, ...); their traces.
+    Every other run sends message 3 through acquire_write / acquire_read."""
+    return [record_queue_run(seed=seed + k, acquire=(2,) if k % 2 else (), timeout=timeout) for k in range(n_runs)]

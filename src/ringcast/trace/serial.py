@@ -95,7 +95,8 @@ def record_run(*, N: int = 2, NR: int = 2, sizes: list[int], seed: int = 0, time
     for r in range(NR):
         if model.recv[r] != list(range(1, M + 1)):
             raise RecordError(f"{label}: reader {r} delivered {model.recv[r]}, expected 1..{M}")
-    return {"N": N, "NR": NR, "M": M, "writer": "correct", "reader": "correct", "steps": steps, "label": label}
+    return {"N": N, "NR": NR, "M": M, "writer": "correct", "reader": "correct", "steps": steps, "label": label,
+            "complete": True}
 
 
 def record_runs(n_runs: int, *, seed: int = 0, N: int = 2, NR: int = 2, M: int = 4, max_size: int = 16,
