@@ -21,7 +21,7 @@
 (*     F6W, F6N),                                                          *)
 (*   - reader death and eviction (CrashSet, Evict, EvictSkipsFlag),        *)
 (*   - an exception ending the writer's enqueue mid-message (Abort),       *)
-(*   - the tensor arena's slots (S, AFP, AF5, CloseSet; arena.py): a       *)
+(*   - the tensor arena's slots (S, AFP, AF5, AF1, CloseSet; arena.py): a  *)
 (*     message's payload names the slot its buffer was copied into,       *)
 (*   - the timed wake of a parked side (Timed) and a live reader judged    *)
 (*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
@@ -57,7 +57,13 @@ CONSTANTS
     S,              \* tensor arena slots (0: no arena); every message has one
                     \*   large buffer, placed in a free slot or sent inline
     AFP, AF5,       \* arena fences: before the slot's written := 1
-                    \*   (ArenaPublish), before released_r := 1 (ArenaRelease)
+                    \*   (ArenaPublish; not in the code), before released_r := 1
+                    \*   (ArenaRelease)
+    AF1,            \* the arena claim's fence after its flag loads
+                    \*   (ArenaClaim); without it, on RELAXED, the claim's
+                    \*   loads may return after the slot's stores are visible
+                    \*   (load buffering: the control dependency is not
+                    \*   honoured, as the C abstract machine does not promise)
     CloseSet,       \* readers that may close their queue (ArenaReader.close)
                     \*   between messages and then read no more
     Timed,          \* with Parking: a sleep may end by its recheck_interval
@@ -86,10 +92,10 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
                     F4, F5, F6W, F6N, F7, Parking, Recheck, Spin, Evict,
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
-       /\ (CrashSet # {} \/ Evict) => MM = "SC"
+       /\ FalseSuspect # {} => MM = "SC"
        /\ Abort \in {"none", "code", "drop"}
        /\ S \in Nat /\ (S > 0 => Abort = "none" /\ Big = {})
-       /\ \A b \in {AFP, AF5, Timed, EvictCheck} : b \in BOOLEAN
+       /\ \A b \in {AFP, AF5, AF1, Timed, EvictCheck} : b \in BOOLEAN
        /\ CloseSet \subseteq Readers
        /\ FalseSuspect \subseteq Readers /\ (FalseSuspect # {} => Evict)
 
@@ -153,8 +159,10 @@ VARIABLES
     views,     \* [Readers -> SUBSET (Slots \X Msgs \X ViewSt)]: reader r's
                \*   live views <<slot, message, state>>
     vbad,      \* a view's read returned bytes of another message (history)
-    cp         \* [Readers -> Int] with EvictCheck: the value copied, not
+    cp,        \* [Readers -> Int] with EvictCheck: the value copied, not
                \*   yet delivered (0: none)
+    apend      \* the slot of an arena claim whose flag loads have not
+               \*   returned yet (0: none; RELAXED without AF1 only)
 
 amem   == <<aw, arel, adata>>
 mem    == <<written, rflag, data, amem>>
@@ -163,7 +171,7 @@ rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
 evars  == <<waiters, moved, annc, rechk>>
 xvars  == <<alive, evicted, dropped>>
-avars  == <<aslot, mslot, views, vbad, cp>>
+avars  == <<aslot, mslot, views, vbad, cp, apend>>
 vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars, avars>>
 
 \* A view is "held" (alive, its bytes not read yet), "read" (read, not yet
@@ -363,7 +371,11 @@ WriterClearReadFlag ==
 \* at its claim; with parking it checks where the code calls on_idle
 \* (roles.py WriterSide.idle): at the top of each round of the park loop,
 \* after a failed look (pc = "park_snap"), and only the readers that have not
-\* read chunk w (unread_readers()).
+\* read chunk w (unread_readers()).  On TSO and RELAXED the flag stores go
+\* through the writer's store buffer, chunk by chunk; there only dead readers
+\* are evicted (FalseSuspect is SC only), so no reader loads the eviction (the
+\* reader table's word: evicted is the writer's own knowledge, live_readers)
+\* and the flags set are loaded by the writer alone.
 \* ring.py::RingWriter._writer_evict
 WriterEvict ==
     /\ Evict
@@ -372,10 +384,13 @@ WriterEvict ==
     /\ \E r \in Readers :
           /\ ~alive[r] \/ r \in FalseSuspect
           /\ r \notin evicted
-          /\ Parking => rflag[w][r] = 0
-          /\ rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]]
+          /\ Parking => Load(Wr, RAddr(w, r)) = 0
+          /\ IF MM = "SC"
+             THEN rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]] /\ UNCHANGED sb
+             ELSE /\ sb' = [sb EXCEPT ![Wr] = @ \o [k \in 1 .. N |-> <<RAddr(k - 1, r), 1>>]]
+                  /\ UNCHANGED rflag
           /\ evicted' = evicted \cup {r}
-    /\ UNCHANGED <<written, data, amem, sb, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
+    /\ UNCHANGED <<written, data, amem, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
 
 \* Environment: reader r's process dies (SIGKILL) wherever it is; it never
 \* takes another step (no code counterpart).
@@ -384,7 +399,7 @@ ReaderCrash(r) ==
     /\ alive' = [alive EXCEPT ![r] = FALSE]
     /\ views' = [views EXCEPT ![r] = {}]       \* its views die with it
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped,
-                   aslot, mslot, vbad, cp>>
+                   aslot, mslot, vbad, cp, apend>>
 
 \* endpoint.py::WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
@@ -499,15 +514,15 @@ ReaderCopy(r) ==
        THEN pc' = [pc EXCEPT ![r] = IF EvictCheck THEN "check" ELSE "ack"] /\ UNCHANGED i
        ELSE /\ i' = [i EXCEPT ![r] = (@ + 1) % N]    \* acked already
             /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
-    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad>>
+    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend>>
 
 \* EvictCheck (the code): after the copy and before it is returned, the
 \* reader loads its state word in the reader table; if the writer evicted
 \* it, the copy is dropped and EvictedError raised (the reader reads no
 \* more).  ring.py::RingReader._reader_check_evicted, called by
 \* ReaderEndpoint.receive after copy_out and before the ack.  SC only (as
-\* every model with eviction): on TSO the loads are in order; on relaxed
-\* memory it needs a fence between the copy and the load.
+\* every model with a live reader judged dead): on TSO the loads are in
+\* order; on relaxed memory it needs a fence between the copy and the load.
 ReaderCheckEvicted(r) ==
     /\ pc[r] = "check"
     /\ IF r \in evicted
@@ -516,7 +531,7 @@ ReaderCheckEvicted(r) ==
        ELSE /\ Deliver(r, cp[r])
             /\ pc' = [pc EXCEPT ![r] = "ack"]
     /\ cp' = [cp EXCEPT ![r] = 0]
-    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad>>
+    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend>>
 
 \* A parked reader's on_idle (roles.py ReaderSide.idle, at the top of each
 \* round of the park loop) finds itself evicted and raises EvictedError: it
@@ -565,7 +580,7 @@ ReaderRecvOverflow(r) ==
 \* reader raises (WriterEvict, ReaderQuit come first).
 OnIdleDue(p) ==
     IF p = Wr
-    THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ rflag[w][r] = 0
+    THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ Load(Wr, RAddr(w, r)) = 0
     ELSE p \in evicted
 
 \* waiting.py::EventCount._park_snapshot
@@ -656,8 +671,9 @@ NotifyWake(p) ==
 (* writer places it (ArenaWriter.place): a free slot (written 0, or        *)
 (* released by every reader), written := 0, the bytes, released_r := 0    *)
 (* for each ring-live reader (not evicted: arena.writer_arena passes the   *)
-(* ring cursor's live_readers), fence AFP, written := 1; with no free slot *)
-(* the dead holders' flags are taken back (ArenaReclaimDead) or the buffer *)
+(* ring cursor's live_readers), written := 1 (no fence: AFP is not in the *)
+(* code); with no free slot the dead holders' flags are taken back         *)
+(* (ArenaReclaimDead) or the buffer                                        *)
 (* goes inline (ArenaFallback).  The ring chunk then names the slot.  A    *)
 (* reader that copies the chunk holds a view of the slot until the user    *)
 (* drops it: ViewRead (the user's reads), ArenaRelease (fence AF5,         *)
@@ -668,26 +684,55 @@ NotifyWake(p) ==
 AFree(s) == Load(Wr, AWAddr(s)) = 0 \/ \A r \in Readers : Load(Wr, ARAddr(s, r)) = 1
 
 \* Readers holding a slot that the liveness check calls dead (eviction's
-\* oracle: dead, or a live reader of FalseSuspect).  SC only (Evict).
+\* oracle: dead, or a live reader of FalseSuspect), as the writer loads the flags.
 DeadHolders == {r \in Readers : (~alive[r] \/ r \in FalseSuspect)
-                               /\ \E s \in Slots : aw[s] = 1 /\ arel[s][r] = 0}
+                               /\ \E s \in Slots : Load(Wr, AWAddr(s)) = 1 /\ Load(Wr, ARAddr(s, r)) = 0}
 
-WUnchanged == UNCHANGED <<w, msg, wk, i, seen, mk, ncopied, hvars, fifo, evars, views, vbad, cp>>
+WUnchanged0 == UNCHANGED <<w, msg, wk, i, seen, mk, ncopied, hvars, fifo, evars, views, vbad, cp>>
+WUnchanged == WUnchanged0 /\ UNCHANGED apend
 
+\* RELAXED without AF1: the claim's loads may return after its later stores
+\* are visible (no fence, and the branch's control dependency not honoured).
+LateClaim == MM = "RELAXED" /\ ~AF1
+
+\* LateClaim: the writer may go on with a slot that is not free yet, its loads
+\* still to return (apend); ArenaClaimLoads below lets them return free.
 \* arena.py::ArenaWriter._arena_claim
 ArenaClaim ==
     /\ pc[Wr] = "a_claim"
-    /\ \E s \in Slots : AFree(s) /\ aslot' = s
+    /\ \E s \in Slots :
+          /\ aslot' = s
+          /\ \/ AFree(s) /\ UNCHANGED apend
+             \/ LateClaim /\ ~AFree(s) /\ apend' = s
     /\ pc' = [pc EXCEPT ![Wr] = "a_clear_written"]
-    /\ UNCHANGED <<mem, sb, wr, win, mslot>> /\ WUnchanged
+    /\ UNCHANGED <<mem, sb, wr, win, mslot>> /\ WUnchanged0
+
+\* Hardware (LateClaim only; no code counterpart): the late claim's loads
+\* return, and they see the slot free: every reader's release is in memory.
+\* They return before the writer's first released_r := 0 (ArenaClearReleased
+\* waits for them), a subset of the machine's behaviours that is enough: the
+\* slot's clear-written and bytes may be visible before them.  A late claim
+\* whose loads would see the slot busy never happened (a behaviour stuck here
+\* is not one of the machine's; the invariants hold only outside it).
+ArenaClaimLoads ==
+    /\ apend # 0
+    /\ \A r \in Readers : arel[apend][r] = 1
+    /\ apend' = 0
+    /\ UNCHANGED <<mem, sb, pc, wr, win, aslot, mslot>> /\ WUnchanged0
 
 \* arena.py::ArenaWriter._arena_reclaim_dead
 ArenaReclaimDead ==
     /\ pc[Wr] = "a_claim" /\ Evict
     /\ \A s \in Slots : ~AFree(s)
     /\ DeadHolders # {}
-    /\ arel' = [s \in Slots |-> [r \in Readers |-> IF r \in DeadHolders THEN 1 ELSE arel[s][r]]]
-    /\ UNCHANGED <<written, rflag, data, aw, adata, sb, pc, wr, win, aslot, mslot>> /\ WUnchanged
+    /\ IF MM = "SC"
+       THEN /\ arel' = [s \in Slots |-> [r \in Readers |-> IF r \in DeadHolders THEN 1 ELSE arel[s][r]]]
+            /\ UNCHANGED sb
+       ELSE /\ sb' = [sb EXCEPT ![Wr] = @ \o SelectSeq(
+                         [k \in 1 .. NR * S |-> <<ARAddr(((k - 1) % S) + 1, (k - 1) \div S), 1>>],
+                         LAMBDA e : e[1][3] \in DeadHolders)]
+            /\ UNCHANGED arel
+    /\ UNCHANGED <<written, rflag, data, aw, adata, pc, wr, win, aslot, mslot>> /\ WUnchanged
 
 \* arena.py::ArenaWriter._arena_fallback
 ArenaFallback ==
@@ -715,7 +760,7 @@ ArenaWrite ==
 \* clears only ring-live readers', where Arena.tla clears every reader's).
 \* arena.py::ArenaWriter._arena_clear_released
 ArenaClearReleased ==
-    /\ pc[Wr] = "a_clear_released"
+    /\ pc[Wr] = "a_clear_released" /\ apend = 0
     /\ IF wr \in evicted
        THEN UNCHANGED <<mem, win, sb>>
        ELSE Store(Wr, ARAddr(aslot, wr), 0)
@@ -725,7 +770,9 @@ ArenaClearReleased ==
     /\ UNCHANGED <<aslot, mslot>> /\ WUnchanged
 
 \* AFP: the slot's bytes and cleared flags before its written := 1.  The
-\* ring chunk naming the slot is written after this step (mslot).
+\* ring chunk naming the slot is written after this step (mslot), and the
+\* ring's F7 (F3 on the first lap) orders them before it: the code has no
+\* AFP (arena_ring_relaxed_no_afp and the code models are ok without it).
 \* arena.py::ArenaWriter._arena_publish
 ArenaPublish ==
     /\ pc[Wr] = "a_publish"
@@ -737,9 +784,9 @@ ArenaPublish ==
     /\ UNCHANGED wr /\ WUnchanged
 
 ArenaWriterStep == ArenaClaim \/ ArenaReclaimDead \/ ArenaFallback \/ ArenaClearWritten
-                   \/ ArenaWrite \/ ArenaClearReleased \/ ArenaPublish
+                   \/ ArenaWrite \/ ArenaClearReleased \/ ArenaPublish \/ ArenaClaimLoads
 
-RUnchanged == UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars, aslot, mslot, cp>>
+RUnchanged == UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars, aslot, mslot, cp, apend>>
 
 \* The user's code reads a view's bytes (numpy / torch over the slot; no code
 \* counterpart).  The read returns the memory (or, for a late view, whatever
@@ -852,6 +899,7 @@ Init ==
     /\ views   = [r \in Readers |-> {}]
     /\ vbad    = FALSE
     /\ cp      = [r \in Readers |-> 0]
+    /\ apend   = 0
 
 Next ==
     \/ WriterStep
@@ -900,7 +948,7 @@ TypeOK ==
     /\ aw \in [Slots -> {0, 1}] /\ arel \in [Slots -> [Readers -> {0, 1}]]
     /\ adata \in [Slots -> 0 .. M] /\ aslot \in 0 .. S /\ mslot \in [Msgs -> 0 .. S]
     /\ views \in [Readers -> SUBSET (Slots \X Msgs \X ViewSt)]
-    /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val]
+    /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val] /\ apend \in 0 .. S
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -944,15 +992,16 @@ WriterDone == <>(pc[Wr] = "done")
 
 \* The arena: the writer never claims a slot a live view is on, and a view's
 \* slot holds the view's message (for a view not yet read) with no store of
-\* the writer to it pending.
+\* the writer to it pending.  (Not while a late claim's loads are out: that
+\* state is the machine's only if they return free, ArenaClaimLoads.)
 ViewsIntact ==
-    \A r \in Readers : alive[r] => \A v \in views[r] :
+    apend = 0 => \A r \in Readers : alive[r] => \A v \in views[r] :
         /\ aslot # v[1]
         /\ v[3] # "read" => /\ adata[v[1]] = v[2]
                             /\ \A k \in 1 .. Len(sb[Wr]) : sb[Wr][k][1] # ADAddr(v[1])
 
 \* The abstract property: a view never sees bytes of another message (what
 \* the user's code reads through a view is the message it was built for).
-ViewOwnBytes == ~vbad
+ViewOwnBytes == apend = 0 => ~vbad
 
 =============================================================================

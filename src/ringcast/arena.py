@@ -25,7 +25,8 @@ Writer (:class:`ArenaWriter`, inside ``enqueue``, before the ring chunk is claim
     ArenaClearWritten   written := 0
     ArenaWrite          the buffer's bytes
     ArenaClearReleased  released_r := 0 for each live reader
-    ArenaPublish        written := 1; the ring chunk naming the slot is published after it (F7/F3)
+    ArenaPublish        written := 1, no fence: the ring chunk naming the slot is published after
+                        it, and the ring's F7/F3 order the slot's stores before that chunk
 
 Reader ``r`` (:class:`ArenaReader`): reading the chunk builds a view of the slot; when the *last*
 object using that memory is freed (the numpy array, the tensor's storage, any slice of them: they
@@ -242,7 +243,10 @@ class ArenaWriter:
     def _arena_publish(self, s: int) -> None:
         if _steps.hook is not None:
             _steps.hook("ArenaPublish", "writer", s, None)
-        fence()  # the slot's bytes and cleared flags before written = 1 (and the ring's publish)
+        # No fence: only this process loads the slot's written byte, and a reader learns of the
+        # slot only from the ring chunk that names it, published after the ring's F7 (and F3),
+        # which order the slot's bytes and cleared flags before it (spec: arena_ring_*_code,
+        # arena_ring_relaxed_no_afp; docs/spec.md, the arena's fences)
         self.arena.buf[self.arena.meta(s)] = 1
 
     # Spec: ArenaReclaimDead
