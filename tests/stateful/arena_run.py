@@ -92,8 +92,6 @@ class ArenaModel:
 
     # -- the writer -------------------------------------------------------------------------------
     def ArenaClaim(self, s: int) -> None:
-        if not 0 <= s < self.S:
-            raise Conformance(f"ArenaClaim on slot {s}, the arena has slots 0..{self.S - 1}")
         if self.free(s):
             self.wpc, self.slot, self.tries, self.second = "clear_written", s, 0, False
             self.looks, self.dead_seen = {}, None
@@ -150,12 +148,12 @@ class ArenaModel:
 
     # -- readers ----------------------------------------------------------------------------------
     def ArenaRelease(self, r: int, s: int) -> None:
-        if not 0 <= s < self.S:
-            raise Conformance(f"reader {r} released slot {s}, the arena has slots 0..{self.S - 1}")
         self.released[s][r] = 1
 
     def step(self, action: str, index: int, extra, r: int | None, msg: int) -> None:
         """Apply ``action`` that the writer (``r`` None) or reader ``r`` just executed on slot ``index``."""
+        if action in ("ArenaClaim", "ArenaRelease") and not 0 <= index < self.S:
+            raise Conformance(f"{'W' if r is None else f'R{r}'}'s {action} on slot {index}, the arena has slots 0..{self.S - 1}")
         if r is not None:
             if action != "ArenaRelease":
                 raise Conformance(f"reader {r} executed the writer's {action}")
@@ -191,10 +189,6 @@ class ArenaModel:
         return [v for name in self.INVARIANTS for v in getattr(self, name)()]
 
 
-def _bytes(obj) -> bytes | None:
-    return obj.tobytes() if type(obj).__name__ == "ndarray" else None
-
-
 class ArenaRun(QueueRun):
     """A QueueRun with a tensor arena of ``slots`` slots of 4 KiB (buffers of >= ``MIN_BYTES``
     take a slot), ``n_local`` local readers that keep what they deliver, no remote readers, no
@@ -204,7 +198,7 @@ class ArenaRun(QueueRun):
     def __init__(self, pool, *, n_local: int, objs: list, max_chunks: int, slots: int, max_chunk_bytes: int = 256,
                  reader: str = "correct", writer: str = "correct", doomed: int | None = None) -> None:
         self.amodel = ArenaModel(slots, n_local)
-        self.payload = {k: b for k, obj in enumerate(objs, start=1) if (b := _bytes(obj)) is not None}
+        self.payload = {k: obj.tobytes() for k, obj in enumerate(objs, start=1) if type(obj).__name__ == "ndarray"}
         self.crc = {k: zlib.crc32(b) for k, b in self.payload.items()}
         self.dead: set[int] = set()
         self.doomed = doomed
@@ -238,15 +232,15 @@ class ArenaRun(QueueRun):
         self._checked(self.amodel.step, action, index, extra, None if pr is self.writer else pr.p, self.model.msg)
 
     def _doom(self) -> None:
-        if self.doomed is not None and not self.dead:
-            pr = self.procs[self.doomed]
-            if pr in self.crashable():
-                self.crash(pr)
+        if self.doomed is not None and not self.dead and (pr := self.procs[self.doomed]) in self.crashable():
+            self.crash(pr)
+
+    def live_readers(self) -> list[Proc]:
+        return [pr for pr in self.procs if pr is not self.writer and pr.p not in self.dead]
 
     def droppable(self) -> list[Proc]:
         """Live readers that keep an array and are not inside a release."""
-        return [pr for pr in self.procs if pr is not self.writer and pr.p not in self.dead and self.kept[pr.p]
-                and not (pr.pending is not None and pr.pending[0] == "ArenaRelease")]
+        return [pr for pr in self.live_readers() if self.kept[pr.p] and pr.action != "ArenaRelease"]
 
     def drop(self, pr: Proc, k: int) -> None:
         """Reader ``pr`` drops its array of message ``k``; for a view of a slot, the finalizer's
@@ -271,8 +265,8 @@ class ArenaRun(QueueRun):
         if self.dead:
             return []
         m = self.model
-        return [pr for pr in self.procs if pr is not self.writer and m.ncopied[pr.p] >= self.M - m.N
-                and (pr.pending is None or pr.pending[0] == "ReaderLoadWritten") and self.amodel.views[pr.p]]
+        return [pr for pr in self.live_readers() if m.ncopied[pr.p] >= self.M - m.N
+                and pr.action in (None, "ReaderLoadWritten") and self.amodel.views[pr.p]]
 
     def crash(self, pr: Proc) -> None:
         """SIGKILL reader ``pr`` (it holds whatever it keeps); a fresh pool worker takes its place."""
@@ -314,7 +308,7 @@ class ArenaRun(QueueRun):
                            f"message {k}'s bytes")
 
     def _check_pending(self, pr: Proc) -> None:
-        action = None if pr.pending is None else pr.pending[0]
+        action = pr.action
         if action == "ArenaRelease":
             if pr is self.writer:
                 self._fail("Conformance", "the writer is about to execute ArenaRelease, a reader's step")
@@ -340,36 +334,27 @@ class ArenaRun(QueueRun):
 
     def _check_arena(self) -> None:
         a, seg = self.amodel, self.arena
-        for s in range(a.S):
-            real = seg.flags(s)
-            if real != a.flags(s):
+        for s, k in enumerate(a.data):
+            if (real := seg.flags(s)) != a.flags(s):
                 self._fail("Conformance", f"arena slot {s} flags in the segment are {real.hex()}, the spec's are {a.flags(s).hex()}")
-            k = a.data[s]
-            if k:
-                want = self.payload[k]
-                off = seg.data(s)
-                if seg.buf[off : off + len(want)] != want:
-                    self._fail("Conformance", f"arena slot {s} does not hold message {k}'s bytes, the spec's data is {k}")
-        bad = a.violations()
-        if bad:
+            if k and seg.buf[seg.data(s) : seg.data(s) + len(self.payload[k])] != self.payload[k]:
+                self._fail("Conformance", f"arena slot {s} does not hold message {k}'s bytes, the spec's data is {k}")
+        if bad := a.violations():
             self._fail("Violation", "; ".join(bad))
 
     def signature(self):
         return (super().signature(), repr(sorted(vars(self.amodel).items())), repr(sorted(self.kept.items())))
 
     def check_complete(self) -> None:
-        for pr in self.procs:
-            if pr is not self.writer and pr.p not in self.dead and len(self.got.get(pr.p, [])) != self.M:
-                self._fail("Liveness", f"{pr.name} delivered {len(self.got.get(pr.p, []))} of {self.M} messages")
-        for pr in self.procs:  # every live reader drops what it keeps; each release is checked
-            while pr is not self.writer and pr.p not in self.dead and self.kept[pr.p]:
+        super().check_complete()
+        for pr in self.live_readers():  # every live reader drops what it keeps; each release is checked
+            while self.kept[pr.p]:
                 self.drop(pr, self.kept[pr.p][0][0])
-                if pr.pending is not None and pr.pending[0] == "ArenaRelease":
+                if pr.action == "ArenaRelease":
                     self.step(pr)
         a = self.amodel
         for s in range(a.S):
-            held = [r for r in a.holders(s) if a.alive[r]]
-            if held:
+            if held := [r for r in a.holders(s) if a.alive[r]]:
                 self._fail("Liveness", f"every view is gone, but slot {s} is still held by live readers {held} "
                            f"(flags {a.flags(s).hex()})")
         st = self.stats

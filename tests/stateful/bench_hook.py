@@ -26,14 +26,6 @@ import textwrap
 import time
 
 
-def _is_hook_check(t) -> bool:
-    """``_steps.hook is not None`` (ring.py, waiting.py, endpoint.py)."""
-    if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.IsNot)):
-        return False
-    left = t.left
-    return isinstance(left, ast.Attribute) and left.attr == "hook" and isinstance(left.value, ast.Name) and left.value.id == "_steps"
-
-
 def stripped_module(mod, replace: dict | None = None):
     """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks; returns
     (module namespace, how many checks were removed). ``replace`` overrides names the module
@@ -43,9 +35,9 @@ def stripped_module(mod, replace: dict | None = None):
     removed = 0
 
     class Strip(ast.NodeTransformer):
-        def visit_If(self, node):
+        def visit_If(self, node):  # ``if _steps.hook is not None: ...`` (ring.py, waiting.py, endpoint.py, arena.py)
             nonlocal removed
-            if _is_hook_check(node.test):
+            if ast.unparse(node.test) == "_steps.hook is not None":
                 removed += 1
                 return None
             return self.generic_visit(node)
@@ -95,29 +87,30 @@ def _loop(WE, RE, ring, n: int, payload: bytes) -> float:
     return dt
 
 
-def _compare(loop, real: dict, plain: dict, trials: int) -> tuple[list, list]:
-    """``trials`` alternating timings of ``loop(namespace)`` on the real classes and the stripped ones."""
+def _compare(name: str, loop, trials: int) -> dict:
+    """``trials`` alternating timings of ``loop(namespace)`` on the real classes of
+    ``ringcast.<name>`` (hook None) and on the stripped ones (:func:`stripped`), summarised."""
+    import importlib
+
     import ringcast.steps as steps
 
     if steps.get_step_hook() is not None:
         raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
-    out = [(loop(real), loop(plain)) for _ in range(trials)]
-    return [h for h, _ in out], [p for _, p in out]
+    ns, removed = stripped(name)
+    real = vars(importlib.import_module(f"ringcast.{name}"))
+    hooked, plain = zip(*[(loop(real), loop(ns)) for _ in range(trials)])
+    return _summary(removed, list(hooked), list(plain))
 
 
 def measure(iterations: int = 200_000, trials: int = 9) -> dict:
-    import ringcast.endpoint as endpoint
     import ringcast.ring as ring
 
-    ns, removed = stripped("endpoint")
     rb = ring.ShmRingBuffer(1, 256, 4)
     try:
-        hooked, plain = _compare(lambda n: _loop(n["WriterEndpoint"], n["ReaderEndpoint"], rb, iterations, b"x" * 64),
-                                 vars(endpoint), ns, trials)
+        return _compare("endpoint", lambda n: _loop(n["WriterEndpoint"], n["ReaderEndpoint"], rb, iterations, b"x" * 64), trials)
     finally:
         rb.close()
         rb.unlink()
-    return _summary(removed, hooked, plain)
 
 
 def _arena_loop(ns, arena, n: int, buf: bytes) -> float:
@@ -136,14 +129,12 @@ def measure_arena(iterations: int = 50_000, trials: int = 9) -> dict:
     against arena.py without its hook checks."""
     import ringcast.arena as arena
 
-    ns, removed = stripped("arena")
     a = arena.TensorArena.create(1, 4096, 1)
     try:
-        hooked, plain = _compare(lambda n: _arena_loop(n, a, iterations, b"x" * 4096), vars(arena), ns, trials)
+        return _compare("arena", lambda n: _arena_loop(n, a, iterations, b"x" * 4096), trials)
     finally:
         a.unlink()
         a.close()
-    return _summary(removed, hooked, plain)
 
 
 def _summary(removed: int, hooked: list, plain: list) -> dict:

@@ -12,28 +12,29 @@ from ringcast.trace.child import ChildError, ChildProcess
 from .worker import Worker
 
 
-def _spawn() -> ChildProcess:
-    return ChildProcess(Worker, name="ringcast-stateful-worker")
-
-
 class Pool:
     """Persistent workers, shared by the examples of one test process (one per xdist worker)."""
+
+    #: the child program and the process name (a subclass may run another: guided_queue.py)
+    program, name = Worker, "ringcast-stateful-worker"
 
     def __init__(self, n: int = 0) -> None:
         self.workers: list[ChildProcess] = []
         self.ensure(n)
 
-    def ensure(self, n: int) -> list[ChildProcess]:
-        new = [_spawn() for _ in range(n - len(self.workers))]
+    def _spawn(self, n: int) -> list[ChildProcess]:
+        new = [ChildProcess(self.program, name=self.name) for _ in range(n)]  # they start in parallel
         for w in new:
             w.hello()
-        self.workers += new
+        return new
+
+    def ensure(self, n: int) -> list[ChildProcess]:
+        self.workers += self._spawn(n - len(self.workers))
         return self.workers[:n]
 
     def replace(self, w: ChildProcess) -> None:
         w.kill()
-        self.workers[self.workers.index(w)] = nw = _spawn()
-        nw.hello()
+        self.workers[self.workers.index(w)] = self._spawn(1)[0]
 
     def stop_all(self, workers) -> None:
         """Stop the given workers; a worker that does not answer is replaced."""

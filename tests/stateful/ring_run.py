@@ -28,6 +28,11 @@ class Proc:
     sleeping: bool = False  # stepped into ParkSleep and blocked in futex_wait: no report until woken
     events: list = field(default_factory=list)
 
+    @property
+    def action(self) -> str | None:
+        """The action it is blocked before (None: done)."""
+        return None if self.pending is None else self.pending[0]
+
 
 class ScheduleFailure(AssertionError):
     """A check failed; ``schedule`` is the list of steps up to and including the failing one."""
@@ -62,7 +67,7 @@ class RunBase:
     def step_until(self, pr: Proc, want, limit: int = 60) -> None:
         """Step ``pr`` alone until ``want(run)`` holds (an action name: until it is about to execute it)."""
         if isinstance(want, str):
-            action, want = want, lambda run: pr.pending is not None and pr.pending[0] == action
+            action, want = want, lambda run: pr.action == action
         for _ in range(limit):
             if want(self):
                 return
@@ -84,16 +89,12 @@ class RunBase:
         pr.pending, pr.events = (tuple(msg[1:4]) if msg[0] == "at" else None), list(msg[-1])
 
     def _check_pending(self, pr: Proc) -> None:
-        m = self.model
-        want = m.expected(pr.p)
-        got = "done" if pr.pending is None else pr.pending[0]
-        if got not in want:
+        m, got = self.model, pr.action or "done"
+        if got not in (want := m.expected(pr.p)):
             self._fail("Conformance", f"{pr.name} is about to execute {got}, the spec allows {' or '.join(want)} (pc {m.pc[pr.p]!r})")
-        if pr.pending is not None and pr.pending[0] not in ("WriterSendOverflow", "ReaderRecvOverflow"):
-            # the writer's index moves at the end of its last step; a reader's at ReaderAck
-            cur = m.cursor(pr.p)
-            if pr.pending[1] != cur:
-                self._fail("Conformance", f"{pr.name} is at chunk {pr.pending[1]}, the spec's cursor is {cur}")
+        # the writer's index moves at the end of its last step; a reader's at ReaderAck
+        if got not in ("done", "WriterSendOverflow", "ReaderRecvOverflow") and pr.pending[1] != m.cursor(pr.p):
+            self._fail("Conformance", f"{pr.name} is at chunk {pr.pending[1]}, the spec's cursor is {m.cursor(pr.p)}")
 
     def signature(self):
         """The global state: the model's variables and what each process is blocked before."""

@@ -40,18 +40,14 @@ def minimize(pool: Pool, failure: ScheduleFailure, max_replays: int = 400, budge
     replays = [0]
     key = failure.detail.split(":", 1)[0]
     best = failure
-    params, pids = dict(failure.params), list(failure.pids)
-    if failure.kind == "Liveness" and failure.drain_at is not None:
-        pids = pids[: failure.drain_at]  # the replay drains: shrink the prefix that leads there
+    params, pids = dict(failure.params), _prefix(failure)
 
     def fails(pa, pi):
         if replays[0] >= max_replays or time.monotonic() > deadline:
             return None
         replays[0] += 1
         e = replay(pool, pa, pi, drain=failure.kind == "Liveness")
-        if e is not None and e.kind == failure.kind and e.detail.split(":", 1)[0] == key:
-            return e
-        return None
+        return e if e is not None and e.kind == failure.kind and e.detail.split(":", 1)[0] == key else None
 
     def reduce_params():
         nonlocal params, pids, best
@@ -73,9 +69,6 @@ def minimize(pool: Pool, failure: ScheduleFailure, max_replays: int = 400, budge
                 if e is not None:
                     params, pids, best, changed = pa, _prefix(e), e, True
                     break
-
-    def _prefix(e):
-        return list(e.pids[: e.drain_at]) if e.kind == "Liveness" and e.drain_at is not None else list(e.pids)
 
     def reduce_steps() -> bool:
         nonlocal pids, best
@@ -114,3 +107,8 @@ def minimize(pool: Pool, failure: ScheduleFailure, max_replays: int = 400, budge
         reduce_params()
     best.params = params
     return best
+
+
+def _prefix(e: ScheduleFailure) -> list[int]:
+    """The steps of a failure (of a liveness failure, the prefix before the drain: a replay drains)."""
+    return list(e.pids[: e.drain_at]) if e.kind == "Liveness" and e.drain_at is not None else list(e.pids)

@@ -28,7 +28,7 @@ def test_arena_protocol(pool):
 
 
 def _delivered(pr, n: int):
-    return lambda run: len(run.got.get(pr.p, [])) == n and pr.pending is not None and pr.pending[0] == "ReaderLoadWritten"
+    return lambda run: len(run.got.get(pr.p, [])) == n and pr.action == "ReaderLoadWritten"
 
 
 def _dead_holder_run(pool, writer: str) -> ArenaRun:
@@ -37,7 +37,7 @@ def _dead_holder_run(pool, writer: str) -> ArenaRun:
     objs = [arena_array(k, 1000) for k in (1, 2, 3)]
     run = ArenaRun(pool, n_local=2, objs=objs, max_chunks=2, slots=1, writer=writer)
     w, r0, r1 = run.writer, run.procs[0], run.procs[1]
-    run.step_until(w, lambda run: run.model.msg == 2 and w.pending is not None and w.pending[0] == "ArenaClaim")
+    run.step_until(w, lambda run: run.model.msg == 2 and w.action == "ArenaClaim")
     run.step_until(r0, _delivered(r0, 1))
     run.step_until(r1, _delivered(r1, 1))
     run.drop(r0, 1)
@@ -97,7 +97,7 @@ def test_known_release_at_dequeue_counterexample(pool):
                    reader="release_at_dequeue")
     try:
         w, r0 = run.writer, run.procs[0]
-        run.step_until(w, lambda run: run.model.msg == 2 and w.pending is not None and w.pending[0] == "ArenaClaim")
+        run.step_until(w, lambda run: run.model.msg == 2 and w.action == "ArenaClaim")
         run.step_until(r0, "ArenaRelease")  # during its ReaderCopy of message 1
         run.step(r0)
         with pytest.raises(ScheduleFailure) as ei:

@@ -29,16 +29,18 @@ def _run(pool, **kw) -> QueueRun:
     return QueueRun(pool, **PARK, **kw)
 
 
-def _park_reader(run: QueueRun, pr) -> None:
-    """Reader ``pr`` (nothing published yet) goes through the whole park and falls asleep."""
+def _park(run: QueueRun, pr, recheck: int = 3) -> None:
+    """``pr`` (a reader with nothing published yet, or the writer on a full ring) goes through the
+    whole park and falls asleep; its re-check's loads (``recheck`` steps at most) find nothing."""
     for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
         run.step_until(pr, action)
         run.step(pr)
-    run.step_until(pr, "ParkSleep", limit=3)  # the re-check's loads: still nothing published
+    run.step_until(pr, "ParkSleep", limit=recheck)
     assert run.model.sleep_blocks(pr.p)
     run.step(pr)
     assert pr.sleeping and pr not in run.runnable()
-    assert run.model.waiters["R"] == 1  # and the segment's READER_WAITERS (checked after every step)
+    # and the segment's READER_WAITERS / WRITER_WAITERS (checked after every step)
+    assert run.model.waiters["W" if pr is run.writer else "R"] == 1
 
 
 def test_shutdown_while_parked(pool):
@@ -47,7 +49,7 @@ def test_shutdown_while_parked(pool):
     run = _run(pool, n_local=1, objs=["a"], max_chunks=1)
     try:
         r0 = run.procs[0]
-        _park_reader(run, r0)
+        _park(run, r0)
         run.shutdown_from_thread(r0)
         assert not r0.sleeping and r0.pending[0] == "ParkRetire"
         run.step(r0)
@@ -69,7 +71,7 @@ def test_notify_wakes_parked_reader(pool):
     run = _run(pool, n_local=1, objs=["a", "b"], max_chunks=2)
     try:
         r0, w = run.procs[0], run.writer
-        _park_reader(run, r0)
+        _park(run, r0)
         run.step_until(w, "NotifyLoadWaiters", limit=20)
         run.step(w)
         assert w.pending[0] == "NotifyWake" and r0.sleeping  # it saw the waiter; the sleeper still sleeps
@@ -89,12 +91,7 @@ def test_notify_wakes_parked_writer(pool):
     run = _run(pool, n_local=1, objs=[1, 2], max_chunks=1)
     try:
         r0, w = run.procs[0], run.writer
-        for action in ("ParkSnapshot", "ParkAnnounce", "ParkRecheck"):
-            run.step_until(w, action, limit=30)
-            run.step(w)
-        run.step_until(w, "ParkSleep", limit=2)
-        run.step(w)
-        assert w.sleeping and run.model.waiters["W"] == 1
+        _park(run, w, recheck=2)
         run.step_until(r0, "NotifyWake", limit=20)
         run.step(r0)
         assert not w.sleeping and w.pending[0] == "ParkRetire", run.schedule

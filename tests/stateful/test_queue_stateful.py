@@ -21,24 +21,20 @@ def test_boundary_bytes():
             assert len(pickle.dumps(boundary_bytes(mcb, d), protocol=5)) == mcb - 1 + d
 
 
-def _settings(n):
-    return budget(n, 50)
-
-
 def test_queue_overflow_boundary(pool):
     """Local readers only, no timeouts: inline / out-of-band / overflow messages in one ring."""
     m = queue_machine(pool, n_remote=st.just(0), timeouts=False, shutdown=False)
-    run_state_machine_as_test(m, settings=_settings(30))
+    run_state_machine_as_test(m, settings=budget(30, 50))
 
 
 def test_queue_remote_readers_and_timeouts(pool):
     """Mixed local and remote readers; writer and reader timeouts expire while they wait."""
     m = queue_machine(pool, n_local=st.integers(1, 2), n_remote=st.integers(0, 2), shutdown=False)
-    run_state_machine_as_test(m, settings=_settings(25))
+    run_state_machine_as_test(m, settings=budget(25, 50))
 
 
 def test_queue_shutdown_while_waiting(pool):
     """shutdown() in a process right before one of its steps (typically while it waits):
     it raises Cancelled, nothing it did is lost or duplicated, everyone else stays consistent."""
     m = queue_machine(pool, n_remote=st.just(0))
-    run_state_machine_as_test(m, settings=_settings(25))
+    run_state_machine_as_test(m, settings=budget(25, 50))
