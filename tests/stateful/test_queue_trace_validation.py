@@ -244,3 +244,19 @@ def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
     rejected = sum(not a for a, _ in verdicts)
     assert 0 < rejected < len(swaps), (rejected, len(swaps))  # both kinds occur
     print(f"{len(swaps)} swaps of two processes' adjacent steps: {rejected} rejected, {len(swaps) - rejected} commute")
+
+
+def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
+    """``ringcast stress --record-trace``'s runs wait as the queue's policy says: where the writer and
+    both readers each have a CPU (roles.wait_policy) a wait looks 64 times more before it parks, and
+    the trace says so (``looks``). Without it the checker rejected every recorded run on such a
+    machine (measured here with the children's CPU affinity faked to 4: 2 of 2 rejected; 4 of 4
+    accepted with ``looks`` = 66)."""
+    from ringcast.roles import wait_policy
+    from ringcast.trace.queue_serial import record_queue_run
+    from ringcast.trace.tracecheck import LOOKS
+
+    tr = record_queue_run(seed=0)
+    assert tr["looks"] == LOOKS + wait_policy(0, 1, 1, 2).tight_looks
+    res = check_queue_trace(tr, tmp_path)
+    assert res.ok, res.summary() + "\n" + res.output[-3000:]

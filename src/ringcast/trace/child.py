@@ -260,6 +260,7 @@ class Child:
     def _enqueue_all(self, p: dict) -> None:
         from ringcast.errors import Cancelled, RingTimeoutError
 
+        self.events.append(("tight_looks", self.mq.policy.tight_looks))  # the recorder's trace needs it
         for k, obj in enumerate(p["objs"]):
             self._delay(p, k)
             while True:
@@ -283,6 +284,7 @@ class Child:
         from ringcast.errors import Cancelled, RingTimeoutError
 
         got = 0
+        self.events.append(("tight_looks", self.mq.policy.tight_looks))
         while got < p["M"]:
             self._delay(p, got)
             try:

@@ -16,6 +16,7 @@ spec's state for each trace (:func:`.tracecheck.validate_queue`).
 from __future__ import annotations
 
 from .serial import RecordError, serialised
+from .tracecheck import LOOKS
 
 #: the objects sent: message 2 overflows a 64-byte chunk (it goes over ZeroMQ), 1 and 3 fit
 OBJECTS = (b"a" * 5, b"b" * 300, b"c" * 7)
@@ -68,7 +69,14 @@ def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OB
         if got != list(objs):
             raise RecordError(f"{label}: reader {r} delivered {[g[:16] for g in got]}, the writer sent "
                               f"{[o[:16] for o in objs]}")
+    # the queue looks 64 times without yielding where every process has a CPU (roles.wait_policy):
+    # then a wait looks LOOKS + 64 times before it parks, and the checker must count so
+    tight = {e[1] for rec in records for e in rec[5] if e[0] == "tight_looks"}
+    tight |= {e[1] for ev in done.values() for e in ev if e[0] == "tight_looks"}
+    if len(tight) != 1:
+        raise RecordError(f"{label}: the processes looked {sorted(tight)} times without yielding; expected one value")
     tr = queue_trace(N, NR, len(objs), [(a, p) for (_seq, p, a, *_rest) in records], label)
+    tr["looks"] = LOOKS + tight.pop()
     tr["schedule"] = [f"{'W' if p == NR else f'R{p}'}:{a}@{i}" for (_seq, p, a, i, *_rest) in records]
     return tr
 
