@@ -41,6 +41,19 @@ class GuidedResult:
     findings: list
 
 
+def seeded(machine, settings, seed: int | None) -> tuple:
+    """``(machine, settings)`` to run ``machine`` with Hypothesis seed ``seed`` instead of the
+    profile's choice (under ``ci`` derandomized: seeded from a digest of the machine class's
+    source), and without the example database, so that runs of different seeds are independent.
+    ``seed`` None: unchanged."""
+    if seed is None:
+        return machine, settings
+    from hypothesis import seed as use_seed
+    from hypothesis import settings as Settings
+
+    return use_seed(seed)(machine), Settings(settings, database=None)
+
+
 #: the look steps the code repeats before it parks (spin=0: two looks, the spec's Spin)
 LOOKS = frozenset({"ReaderLoadWritten", "ReaderLoadReadFlag", "WriterClaim"})
 

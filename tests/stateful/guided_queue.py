@@ -24,7 +24,7 @@ from ringcast.trace.coverage_paths import covering_paths, dump_graph
 from ringcast.trace.coverage_park import ParkCoverage, build_park_graph, planning_graph
 from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
 
-from .guided_base import Finding, GuidedResult, LookingModel, follow
+from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
 from .machine import boundary_bytes
 from .pool import Pool
 from .queue_run import QueueRun
@@ -180,11 +180,13 @@ def guided(pool: GuidedPool, cov: QueueCoverage, name: str, *, only_states: bool
     return GuidedResult(cov, len(paths), sum(len(p) for p in paths), time.monotonic() - t0, findings)
 
 
-def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples: int = 25, steps: int = 50) -> float:
+def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples: int = 25, steps: int = 50,
+                    seed: int | None = None) -> float:
     """Plain Hypothesis exploration at the model's configuration: the queue machine's rules (one
     step or a burst of one process; the teardown's fair drain) and its timeouts (none, or 2-8
     virtual ms for the writer and the readers), every step projected into ``cov``, at the budget
-    of test_queue_stateful. Returns the seconds it took."""
+    of test_queue_stateful (``seed``: Hypothesis's seed instead of the profile's derandomized one,
+    and no example database). Returns the seconds it took."""
     from hypothesis import strategies as st
     from hypothesis.stateful import initialize, run_state_machine_as_test
 
@@ -213,5 +215,6 @@ def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples
                                   **(PARK if name in PARKING else {}))
 
     t0 = time.monotonic()
-    run_state_machine_as_test(CoveredQueueMachine, settings=budget(examples, steps))
+    machine, sets = seeded(CoveredQueueMachine, budget(examples, steps), seed)
+    run_state_machine_as_test(machine, settings=sets)
     return time.monotonic() - t0
