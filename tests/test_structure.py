@@ -9,6 +9,8 @@
   programs exist once (ringcast.trace.child);
 * no module reads or writes another module's private names (``mq._is_writer``,
   ``getattr(mq, "_x")``): ``self._x`` / ``cls._x`` and names the module defines itself are fine;
+  that holds for the package (the trace recorder included) and the stateful harness, whose
+  planted-bug variants alone may use the private names of the classes they subclass;
 * no step hook looks at its caller's frame.
 """
 
@@ -275,3 +277,23 @@ def test_no_module_touches_another_modules_private_names():
         if found:
             bad[str(p.relative_to(ROOT))] = found
     assert not bad, f"modules touching another module's private names: {bad}"
+
+
+def _private_names(*mods: str) -> set[str]:
+    """The private names the given modules of the package define."""
+    return {n for m in mods for n in _defined_names(ast.parse(MODS[m].read_text())) if n.startswith("_")}
+
+
+def test_the_harness_touches_no_private_names():
+    """The stateful harness (tests/stateful) reaches no further into the package than the
+    package's own modules do (ringcast.trace is one of them: the test above): no ``mq._endpoint``,
+    ``run._fail`` from another module. The planted bugs (variants.py) subclass the ring's
+    endpoints and cursors and the arena's sides and reorder their real steps: they may use the
+    private names ringcast.ring, ringcast.endpoint and ringcast.arena define, nothing else."""
+    planted = _private_names("ringcast.ring", "ringcast.endpoint", "ringcast.arena")
+    bad = {}
+    for p in sorted((ROOT / "tests" / "stateful").glob("*.py")):
+        found = foreign_private_access(p.read_text(), planted if p.name == "variants.py" else set())
+        if found:
+            bad[str(p.relative_to(ROOT))] = found
+    assert not bad, f"stateful harness modules touching another module's private names: {bad}"

@@ -253,7 +253,7 @@ class ArenaRun(QueueRun):
         self._absorb(pr, pr.worker.recv())
         want = ("ArenaRelease", s, None) if s >= 0 else before
         if pr.pending != want:
-            self._fail("Conformance", f"{pr.name} dropped its array of message {k} (slot {s}): it is now before "
+            self.fail("Conformance", f"{pr.name} dropped its array of message {k} (slot {s}): it is now before "
                        f"{pr.pending}, expected {want}")
         self._events(pr)
         self._after_step()
@@ -301,30 +301,30 @@ class ArenaRun(QueueRun):
         for k, s, crc in views:
             want = self.amodel.log.get(k, -1)
             if s != want:
-                self._fail("Conformance", f"{pr.name}'s array of message {k} lies in slot {s}, the writer put message {k} "
+                self.fail("Conformance", f"{pr.name}'s array of message {k} lies in slot {s}, the writer put message {k} "
                            + (f"in slot {want}" if want >= 0 else "on the normal path (a private copy)"))
             if crc != self.crc[k]:
-                self._fail("Violation", f"Arena.NoOverwrite: {pr.name}'s array of message {k} (slot {s}) no longer holds "
+                self.fail("Violation", f"Arena.NoOverwrite: {pr.name}'s array of message {k} (slot {s}) no longer holds "
                            f"message {k}'s bytes")
 
     def _check_pending(self, pr: Proc) -> None:
         action = pr.action
         if action == "ArenaRelease":
             if pr is self.writer:
-                self._fail("Conformance", "the writer is about to execute ArenaRelease, a reader's step")
+                self.fail("Conformance", "the writer is about to execute ArenaRelease, a reader's step")
             return
         a = self.amodel
         if action in ARENA_ACTIONS:
             if pr is not self.writer:
-                self._fail("Conformance", f"{pr.name} is about to execute the writer's {action}")
+                self.fail("Conformance", f"{pr.name} is about to execute the writer's {action}")
             if action not in a.expected():
-                self._fail("Conformance", f"the writer is about to execute {action}, the spec allows {' or '.join(a.expected())}")
+                self.fail("Conformance", f"the writer is about to execute {action}, the spec allows {' or '.join(a.expected())}")
             if self.model.pc[self.model.Wr] != "claim":
-                self._fail("Conformance", f"the writer is about to execute {action} in the middle of a ring message "
+                self.fail("Conformance", f"the writer is about to execute {action} in the middle of a ring message "
                            f"(pc {self.model.pc[self.model.Wr]!r}): slots are filled before the chunk is claimed")
             return
         if pr is self.writer and "ring" not in a.expected():
-            self._fail("Conformance", f"the writer left the arena for {action or 'done'} where the spec allows "
+            self.fail("Conformance", f"the writer left the arena for {action or 'done'} where the spec allows "
                        f"{' or '.join(a.expected())}")
         super()._check_pending(pr)
 
@@ -336,11 +336,11 @@ class ArenaRun(QueueRun):
         a, seg = self.amodel, self.arena
         for s, k in enumerate(a.data):
             if (real := seg.flags(s)) != a.flags(s):
-                self._fail("Conformance", f"arena slot {s} flags in the segment are {real.hex()}, the spec's are {a.flags(s).hex()}")
+                self.fail("Conformance", f"arena slot {s} flags in the segment are {real.hex()}, the spec's are {a.flags(s).hex()}")
             if k and seg.buf[seg.data(s) : seg.data(s) + len(self.payload[k])] != self.payload[k]:
-                self._fail("Conformance", f"arena slot {s} does not hold message {k}'s bytes, the spec's data is {k}")
+                self.fail("Conformance", f"arena slot {s} does not hold message {k}'s bytes, the spec's data is {k}")
         if bad := a.violations():
-            self._fail("Violation", "; ".join(bad))
+            self.fail("Violation", "; ".join(bad))
 
     def signature(self):
         return (super().signature(), repr(sorted(vars(self.amodel).items())), repr(sorted(self.kept.items())))
@@ -355,12 +355,12 @@ class ArenaRun(QueueRun):
         a = self.amodel
         for s in range(a.S):
             if held := [r for r in a.holders(s) if a.alive[r]]:
-                self._fail("Liveness", f"every view is gone, but slot {s} is still held by live readers {held} "
+                self.fail("Liveness", f"every view is gone, but slot {s} is still held by live readers {held} "
                            f"(flags {a.flags(s).hex()})")
         st = self.stats
         got = None if st is None else (st.arena_fallbacks, st.arena_hits, st.arena_reclaimed)
         if got != (a.fallbacks, a.hits, a.reclaimed):
-            self._fail("Conformance", f"the writer's statistics() count (arena_fallbacks, arena_hits, arena_reclaimed) = "
+            self.fail("Conformance", f"the writer's statistics() count (arena_fallbacks, arena_hits, arena_reclaimed) = "
                        f"{got}, the spec's steps were {(a.fallbacks, a.hits, a.reclaimed)}")
 
     def close(self) -> None:

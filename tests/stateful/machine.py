@@ -60,7 +60,7 @@ def _invariant(name: str, model: str = "model"):
             return
         if bad := getattr(getattr(run, model), name)():
             self.failed = True
-            run._fail("Violation", "; ".join(bad))
+            run.fail("Violation", "; ".join(bad))
 
     holds.__name__ = name
     return invariant()(holds)

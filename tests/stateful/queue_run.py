@@ -71,7 +71,7 @@ class QueueRun(RunBase):
                 start_queue(self.writer.worker, [pr.worker for pr in self.procs[:-1]], self.objs, n_local, max_chunk_bytes,
                             max_chunks, wopts, lambda r: local if r < n_local else remote, self._attach)
             except ChildError as e:
-                self._fail("worker error", str(e))
+                self.fail("worker error", str(e))
             for pr in self.procs:
                 if pr.hooked:
                     self._absorb(pr, pr.worker.recv())
@@ -97,9 +97,9 @@ class QueueRun(RunBase):
             if ev[0] == "delivered":
                 got = self.got.setdefault(pr.p, [])
                 k = len(got)
-                if k >= self.M or not _same(ev[1], self.objs[k]):
+                if k >= self.M or not same(ev[1], self.objs[k]):
                     want = "nothing" if k >= self.M else f"message {k + 1} {_short(self.objs[k])}"
-                    self._fail("Violation", f"InOrder: {pr.name} delivered {_short(ev[1])} where it should get {want}")
+                    self.fail("Violation", f"InOrder: {pr.name} delivered {_short(ev[1])} where it should get {want}")
                 got.append(ev[1])
             elif ev[0] == "timeout":
                 self.timeouts += 1
@@ -120,10 +120,10 @@ class QueueRun(RunBase):
         m = self.model
         for word, (_, off, who) in WORDS.items():
             if (real := self._u32(off)) != m.waiters[word]:
-                self._fail("Conformance", f"the {who} eventcount has {real} waiters in the segment, the spec's waiters is {m.waiters[word]}")
+                self.fail("Conformance", f"the {who} eventcount has {real} waiters in the segment, the spec's waiters is {m.waiters[word]}")
         for q, word in enumerate(m.word):
             if word is not None and q in self.snap and (moved := self._u32(WORDS[word][0]) != self.snap[q]) != m.moved[q]:
-                self._fail("Conformance", f"{m.name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
+                self.fail("Conformance", f"{m.name(q)}'s futex word {'moved' if moved else 'did not move'} since its "
                            f"ParkSnapshot, the spec's moved is {m.moved[q]}")
 
     def _wake_sleepers(self) -> None:
@@ -201,7 +201,7 @@ class QueueRun(RunBase):
         if not self.cancelled and not m.shutdown_req:
             super().drain(max_steps)
             for pr in self.sleeping():
-                self._fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
+                self.fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
                            "nobody is left to wake it")
             return
         # After a shutdown some processes can never finish (a writer waiting for a cancelled
@@ -223,7 +223,7 @@ class QueueRun(RunBase):
                 ok = (action in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
                       and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0))
             if not ok:
-                self._fail("Liveness", f"after shutdown {pr.name} {'sleeps' if pr.sleeping else 'still runs'} ({action}) "
+                self.fail("Liveness", f"after shutdown {pr.name} {'sleeps' if pr.sleeping else 'still runs'} ({action}) "
                            "although it is not blocked")
 
     def check_complete(self) -> None:
@@ -238,7 +238,7 @@ class QueueRun(RunBase):
             return
         for r in sorted(set(range(self.n_local + self.n_remote)) - self.dead):
             if (n := len(self.got.get(r, []))) != self.M:
-                self._fail("Liveness", f"reader {r} delivered {n} of {self.M} messages")
+                self.fail("Liveness", f"reader {r} delivered {n} of {self.M} messages")
 
     def close(self) -> None:
         for pr in self.procs:
@@ -258,7 +258,8 @@ class QueueRun(RunBase):
                 self.ring = None
 
 
-def _same(a, b) -> bool:
+def same(a, b) -> bool:
+    """Equal objects of one type (or, for those without ``==``, equal pickles)."""
     import pickle
 
     try:

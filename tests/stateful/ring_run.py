@@ -54,7 +54,8 @@ class RunBase:
     model: RingModel
     ring: ShmRingBuffer | None = None
 
-    def _fail(self, kind: str, detail: str):
+    def fail(self, kind: str, detail: str):
+        """Raise the run's :class:`ScheduleFailure` (the machine's invariants too: machine.py)."""
         raise ScheduleFailure(kind, detail, self.schedule, self)
 
     def _checked(self, fn, *args, **kw):
@@ -62,7 +63,7 @@ class RunBase:
         try:
             return fn(*args, **kw)
         except (Conformance, Violation) as e:
-            self._fail(type(e).__name__, str(e))
+            self.fail(type(e).__name__, str(e))
 
     def step_until(self, pr: Proc, want, limit: int = 60) -> None:
         """Step ``pr`` alone until ``want(run)`` holds (an action name: until it is about to execute it)."""
@@ -83,18 +84,18 @@ class RunBase:
         ``("done", events)`` or ``("error", traceback)``."""
         if msg[0] == "error":
             pr.pending = None
-            self._fail("worker error", f"{pr.name} raised:\n{msg[1]}")
+            self.fail("worker error", f"{pr.name} raised:\n{msg[1]}")
         if msg[0] not in ("at", "done"):
-            self._fail("protocol", f"{pr.name} answered {msg!r}")
+            self.fail("protocol", f"{pr.name} answered {msg!r}")
         pr.pending, pr.events = (tuple(msg[1:4]) if msg[0] == "at" else None), list(msg[-1])
 
     def _check_pending(self, pr: Proc) -> None:
         m, got = self.model, pr.action or "done"
         if got not in (want := m.expected(pr.p)):
-            self._fail("Conformance", f"{pr.name} is about to execute {got}, the spec allows {' or '.join(want)} (pc {m.pc[pr.p]!r})")
+            self.fail("Conformance", f"{pr.name} is about to execute {got}, the spec allows {' or '.join(want)} (pc {m.pc[pr.p]!r})")
         # the writer's index moves at the end of its last step; a reader's at ReaderAck
         if got not in ("done", "WriterSendOverflow", "ReaderRecvOverflow") and pr.pending[1] != m.cursor(pr.p):
-            self._fail("Conformance", f"{pr.name} is at chunk {pr.pending[1]}, the spec's cursor is {m.cursor(pr.p)}")
+            self.fail("Conformance", f"{pr.name} is at chunk {pr.pending[1]}, the spec's cursor is {m.cursor(pr.p)}")
 
     def signature(self):
         """The global state: the model's variables and what each process is blocked before."""
@@ -118,14 +119,14 @@ class RunBase:
                 break
             sig = self.signature()
             if sig in seen:
-                self._fail("Liveness", "the run cycles through the same global state under fair scheduling "
+                self.fail("Liveness", "the run cycles through the same global state under fair scheduling "
                            "(deadlock/livelock): " + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in todo))
             seen.add(sig)
             for pr in todo:
                 self.step(pr)
                 n += 1
             if n > max_steps:
-                self._fail("Liveness", f"not all processes finished within {max_steps} fair steps: "
+                self.fail("Liveness", f"not all processes finished within {max_steps} fair steps: "
                            + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in self.runnable()))
 
 
@@ -182,7 +183,7 @@ class RingRun(RunBase):
     def check_complete(self) -> None:
         for r in range(self.NR):
             if self.model.recv[r] != list(range(1, self.M + 1)):
-                self._fail("Liveness", f"reader {r} delivered {self.model.recv[r]}, expected 1..{self.M}")
+                self.fail("Liveness", f"reader {r} delivered {self.model.recv[r]}, expected 1..{self.M}")
 
     def close(self) -> None:
         try:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .machine import STRESS, boundary_bytes
-from .queue_run import _same, free_run
+from .queue_run import free_run, same
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,4 +46,4 @@ def test_broadcast_free_running(pool, objs, n_local, n_remote, max_chunks, write
     for r, seq in got.items():
         assert len(seq) == len(objs), f"reader {r} delivered {len(seq)} of {len(objs)}"
         for k, (a, b) in enumerate(zip(seq, objs)):
-            assert _same(a, b), f"reader {r} message {k}: {a!r} != {b!r}"
+            assert same(a, b), f"reader {r} message {k}: {a!r} != {b!r}"

@@ -1,44 +1,74 @@
 """The harness's child: :class:`ringcast.trace.child.Child` (the programs every recorded run
-uses) plus what reaches into a MessageQueue, which stays on the test side: a planted bug swapped
-into the tensor arena's sides (variants.ARENA_WRITERS / ARENA_READERS), ``tight_looks``, and the
-``("views", [(message, slot, crc32), ...])`` a reader that keeps arrays adds to every report,
-computed from those very objects (slot -1: not a view of the arena; arena_run.py)."""
+uses) plus what the harness changes in the MessageQueue it builds, which stays on the test side:
+a planted bug as the tensor arena's side (variants.ARENA_WRITERS / ARENA_READERS) with the
+harness's ``arena_min_bytes``, ``tight_looks``, and the ``("views", [(message, slot, crc32),
+...])`` a reader that keeps arrays adds to every report, computed from those very objects (slot
+-1: not a view of the arena; arena_run.py)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from ringcast.trace.child import Child
+
+#: the factories of ringcast.queue that a MessageQueue is built with, and the harness replaces
+FACTORIES = ("wait_policy", "writer_arena", "reader_arena")
 
 
 class Worker(Child):
-    def setup_mq_writer(self, p: dict):
-        out = super().setup_mq_writer(p)
-        if "arena_variant" in p:
-            from .variants import ARENA_WRITERS
+    arena_reader = None  # this reader's side of the tensor arena (None: none)
 
-            aw = self.mq._arena  # small buffers take the arena too; a planted bug replaces the writer's side
-            self.mq._arena = ARENA_WRITERS[p["arena_variant"]](aw.arena, aw.live_readers, aw.dead_readers, p["arena_min_bytes"])
-        self._set_tight_looks(p)
-        return out
+    def setup_mq_writer(self, p: dict):
+        with self._factories(p):
+            return super().setup_mq_writer(p)
 
     def setup_mq_reader(self, p: dict):
-        out = super().setup_mq_reader(p)
-        if self.keep:
-            from .variants import ARENA_READERS
+        with self._factories(p):
+            return super().setup_mq_reader(p)
 
-            ar = self.mq._unpickler.arena  # a planted bug replaces the reader's side of the arena
-            self.mq._unpickler.arena = ARENA_READERS[p.get("arena_variant", "correct")](ar.arena, ar.r)
-        self._set_tight_looks(p)
-        return out
+    @contextlib.contextmanager
+    def _factories(self, p: dict):
+        """While the MessageQueue is built, ringcast.queue's factories are the harness's (the seam
+        child.py's FakeTime uses for ``time``): ``wait_policy`` takes ``tight_looks`` (if given)
+        instead of what the queue picks from the CPU count (0: a parking run reaches ParkSnapshot
+        after two looks); ``writer_arena`` / ``reader_arena`` give the ``arena_variant`` side (a
+        planted bug, or the real one), the writer's taking buffers from ``arena_min_bytes`` on.
+        Raises RuntimeError if the queue did not build a side through them."""
+        import dataclasses
 
-    def _set_tight_looks(self, p: dict) -> None:
-        """``tight_looks`` (if given) replaces the policy's looks-without-yield (the queue picks 64 or
-        0 from the CPU count): 0 makes a parking run reach ParkSnapshot after two looks."""
-        if "tight_looks" in p:
-            import dataclasses
+        import ringcast.queue as q
 
-            self.mq.policy = pol = dataclasses.replace(self.mq.policy, tight_looks=p["tight_looks"])
-            if self.mq._endpoint is not None:
-                self.mq._endpoint.waiter.policy = pol
+        from .variants import ARENA_READERS, ARENA_WRITERS
+
+        real = {name: getattr(q, name) for name in FACTORIES}
+        variant = p.get("arena_variant", "correct")
+        used = set()
+
+        def wait_policy(*args):
+            used.add("wait_policy")
+            pol = real["wait_policy"](*args)
+            return dataclasses.replace(pol, tight_looks=p["tight_looks"]) if "tight_looks" in p else pol
+
+        def writer_arena(*args):
+            used.add("writer_arena")
+            aw = real["writer_arena"](*args)
+            return ARENA_WRITERS[variant](aw.arena, aw.live_readers, aw.dead_readers, p.get("arena_min_bytes", aw.min_bytes))
+
+        def reader_arena(*args):
+            used.add("reader_arena")
+            ar = real["reader_arena"](*args)
+            self.arena_reader = ar = None if ar is None else ARENA_READERS[variant](ar.arena, ar.r)
+            return ar
+
+        vars(q).update(wait_policy=wait_policy, writer_arena=writer_arena, reader_arena=reader_arena)
+        try:
+            yield
+        finally:
+            vars(q).update(real)
+        want = {"wait_policy"} | ({"writer_arena"} if "tensor_arena_bytes" in p else set())
+        if not want <= used:
+            raise RuntimeError(f"MessageQueue was built without ringcast.queue.{' / '.join(sorted(want - used))}: "
+                               "the harness cannot set tight_looks or the arena's side; update Worker._factories")
 
     def report(self, head: tuple) -> None:
         if self.keep:
@@ -52,7 +82,7 @@ class Worker(Child):
 
         import numpy as np
 
-        a = self.mq._unpickler.arena.arena
+        a = self.arena_reader.arena
         base = np.frombuffer(a.buf, np.uint8).ctypes.data + a.data_off
         out = []
         for k, obj in self.kept.items():
@@ -62,7 +92,7 @@ class Worker(Child):
         return out
 
     def cleanup(self) -> None:
-        ar = getattr(getattr(self.mq, "_unpickler", None), "arena", None)
+        ar, self.arena_reader = self.arena_reader, None
         super().cleanup()
         if ar is not None and ar.held:  # a release interrupted in its hook never ran: unmap anyway
             ar.held.clear()
