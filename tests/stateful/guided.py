@@ -28,7 +28,7 @@ from ringcast.trace.coverage import Coverage
 from ringcast.trace.coverage_paths import covering_paths
 from ringcast.trace.model import RingModel
 
-from .guided_base import Finding, GuidedResult, LookingModel, follow
+from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
 from .pool import Pool
 from .ring_run import RingRun
 from .variants import READER_MODEL, WRITER_MODEL
@@ -117,10 +117,12 @@ def replay_trace(cov: Coverage, trace: dict) -> None:
         k = cov.step(k, m, p, action)
 
 
-def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examples: int = 50, steps: int = 60) -> float:
+def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examples: int = 50, steps: int = 60,
+                    seed: int | None = None) -> float:
     """Plain Hypothesis exploration (the ring machine at these constants, the profile's budget
-    capped like test_ring_protocol's): every completed run projected into ``cov``.  Returns the
-    seconds it took."""
+    capped like test_ring_protocol's): every completed run projected into ``cov`` (``seed``:
+    Hypothesis's seed instead of the profile's derandomized one, and no example database,
+    guided_base.seeded).  Returns the seconds it took."""
     from hypothesis import strategies as st
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -130,7 +132,8 @@ def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examp
     traces: list = []
     m = ring_machine(pool, N=st.just(N), NR=st.just(NR), sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M),
                      record=traces)
-    run_state_machine_as_test(m, settings=budget(examples, steps))
+    machine, sets = seeded(m, budget(examples, steps), seed)
+    run_state_machine_as_test(machine, settings=sets)
     for tr in traces:
         replay_trace(cov, tr)
     return time.monotonic() - t0
