@@ -144,7 +144,9 @@ VARIABLES
                \*   the RMW is ldaxr/stlxr, not a full fence)
     rechk,     \* [Procs -> BOOLEAN] p is re-checking after ParkAnnounce: its
                \*   next ring load steps (WriterClaim, or ReaderLoadWritten and
-               \*   ReaderLoadReadFlag) are ParkRecheck's loads, as in the code
+               \*   ReaderLoadReadFlag) are ParkRecheck's loads, as in the code;
+               \*   after a re-check that found the ring ready it stays set
+               \*   until ParkRetire, which goes on with that result
     alive,     \* [Readers -> BOOLEAN] the reader's process exists
     evicted,   \* SUBSET Readers: readers the writer has evicted
     dropped,   \* SUBSET Msgs: messages whose enqueue an exception ended
@@ -223,7 +225,9 @@ BufEmpty(p) == sb[p] = << >>
 WinAdd(c, v) ==
     IF WinOn
     THEN win' = [r \in Readers |->
-                   IF i[r] = c /\ pc[r] \in {"load_r", "copy"}
+                   IF /\ i[r] = c
+                      /\ \/ pc[r] \in {"load_r", "copy"}
+                         \/ pc[r] = "park_retire" /\ rechk[r]
                    THEN win[r] \cup {v} ELSE win[r]]
     ELSE UNCHANGED win
 
@@ -312,10 +316,10 @@ WNextStep ==
 WriterClaim ==
     /\ pc[Wr] = "claim"
     /\ msg <= M
-    /\ IF rechk[Wr]           \* ParkRecheck's load: retire, or sleep
+    /\ IF rechk[Wr]           \* ParkRecheck's load: retire (and go on), or sleep
        THEN /\ pc' = [pc EXCEPT ![Wr] = IF Claimable THEN "park_retire"
                                                     ELSE "park_sleep"]
-            /\ rechk' = [rechk EXCEPT ![Wr] = FALSE]
+            /\ rechk' = [rechk EXCEPT ![Wr] = Claimable]
             /\ UNCHANGED <<wk, wr>>
        ELSE IF Claimable
        THEN /\ wk' = 1 /\ wr' = 0
@@ -470,10 +474,10 @@ ReaderLoadWritten(r) ==
 ReaderLoadReadFlag(r) ==
     /\ pc[r] = "load_r"
     /\ LET f == Load(r, RAddr(i[r], r)) IN
-       IF rechk[r]          \* ParkRecheck's second load: retire, or sleep
+       IF rechk[r]          \* ParkRecheck's second load: retire (and go on), or sleep
        THEN /\ pc' = [pc EXCEPT ![r] = IF seen[r] = 1 /\ f = 0 THEN "park_retire"
                                                              ELSE "park_sleep"]
-            /\ rechk' = [rechk EXCEPT ![r] = FALSE]
+            /\ rechk' = [rechk EXCEPT ![r] = seen[r] = 1 /\ f = 0]
             /\ UNCHANGED i
        ELSE /\ UNCHANGED rechk
             /\ IF seen[r] = 1 /\ f = 0
@@ -602,8 +606,9 @@ ParkAnnounce(p) ==
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, rechk>>
 
 \* The re-check is the side's own ring load steps (the code calls its
-\* ready(): WriterClaim, or ReaderLoadWritten then ReaderLoadReadFlag),
-\* flagged by rechk: the last of them goes on to ParkRetire or ParkSleep.
+\* ready(): WriterClaim, or ReaderLoadWritten then ReaderLoadReadFlag, and
+\* the reader's F4, which is in ready()), flagged by rechk: the last of them
+\* goes on to ParkRetire (rechk kept: ready) or ParkSleep.
 \* Its loads may run before the increment is visible (LateAnnc); with F6W
 \* the fence after the RMW waits for it.
 \* waiting.py::Waiter._park_recheck
@@ -633,15 +638,26 @@ ParkTimeout(p) ==
     /\ pc' = [pc EXCEPT ![p] = "park_retire"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
-\* The decrement is ordered after the increment (same word).
+\* The decrement is ordered after the increment (same word).  After a
+\* re-check that found the ring ready (rechk) the code's wait returns
+\* (Waiter.wait: the finally that retires, then return) and the side goes on
+\* with the re-check's result, as after a successful look: the reader to its
+\* copy (ReaderLoadReadFlag's "copy": the loads and F4 are behind it), the
+\* writer to the chunk it claimed (WriterClaim's success).  After a sleep,
+\* a timeout (or a cancelled wait) it looks again (LoopTop).
 \* waiting.py::EventCount._park_retire
 ParkRetire(p) ==
     /\ pc[p] = "park_retire"
     /\ ~annc[p]
     /\ waiters' = [waiters EXCEPT ![EC(p)] = @ - 1]
-    /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
+    /\ IF rechk[p] /\ p = Wr
+       THEN /\ wk' = 1 /\ wr' = 0
+            /\ pc' = [pc EXCEPT ![p] = Order[1]]
+       ELSE /\ pc' = [pc EXCEPT ![p] = IF rechk[p] THEN "copy" ELSE LoopTop(p)]
+            /\ UNCHANGED <<wk, wr>>
+    /\ rechk' = [rechk EXCEPT ![p] = FALSE]
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, annc, rechk>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc>>
 
 \* waiting.py::EventCount._notify_load_waiters
 NotifyLoadWaiters(p) ==
@@ -659,8 +675,8 @@ NotifyWake(p) ==
     \* and ParkRetire: it is unused there.)
     /\ moved' = [q \in Procs |->
                    IF EC(q) = NEC(p)
-                   THEN pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
-                        \/ rechk[q]
+                   THEN \/ pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
+                        \/ rechk[q] /\ pc[q] # "park_retire"
                    ELSE moved[q]]
     /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>

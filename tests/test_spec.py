@@ -337,7 +337,7 @@ def test_every_fence_switch_changes_the_model():
 
 def test_the_duplicate_checks_catch_park_tso_as_park_relaxed():
     """The checks above fail on the duplicates issue 24 found: park_relaxed (RELAXED, every fence,
-    1 reader) beside park_tso (1,445 states each), and a model that differs from another only in
+    1 reader) beside park_tso (the same state count), and a model that differs from another only in
     F4 on TSO."""
     tso = cfg_constants(SPEC / "park_tso.cfg")
     relaxed = dict(tso, MM='"RELAXED"')

@@ -2,9 +2,7 @@
 (***************************************************************************)
 (* Trace validation at MessageQueue level: is a recorded run of real       *)
 (* MessageQueue processes (parking with real futex sleeps and wakes,       *)
-(* overflow over ZeroMQ) a behaviour of spec/Ring.tla, with one exception: *)
-(* after a reader's successful re-check the code goes on to copy with the  *)
-(* re-check's result (GoOn), where Ring's ParkRetire looks again?          *)
+(* overflow over ZeroMQ) a behaviour of spec/Ring.tla?                    *)
 (*                                                                         *)
 (* A trace (module QTraceData, written by ringcast.trace.tracecheck for    *)
 (* tests/stateful and `ringcast stress --record-trace`) is the sequence of *)
@@ -23,38 +21,33 @@
 (*   (1) the read-flag load the code skips: ready() does not load the read *)
 (*       flag after it loaded written = 0 (pc = "load_r", seen = 0), so   *)
 (*       a recorded ReaderLoadReadFlag needs seen = 1;                     *)
-(*   (2) what follows a successful re-check: the code returns from its     *)
-(*       wait after ParkRetire and goes on with the re-check's result; the *)
-(*       spec's ParkRetire goes back to the loop top (relook).  The writer *)
-(*       then takes Ring's WriterClaim, which succeeds (a claimable chunk  *)
-(*       stays claimable until the writer writes it); a reader takes GoOn  *)
-(*       to "copy", not Ring's look, which can fail here (see GoOn);       *)
-(*   (3) WriterSendOverflow of a message that does not overflow (the code  *)
+(*   (2) WriterSendOverflow of a message that does not overflow (the code  *)
 (*       sends nothing; the spec's Order has the step for every message).  *)
 (* While a process owes such a step no recorded step is taken, and in each *)
 (* state at most one Implied step is enabled, so TLC has no choice in      *)
 (* inserting them and what it inserts cannot stand for a recorded step:    *)
 (* (1) is enabled only where the recorded ReaderLoadReadFlag is not        *)
-(* (seen = 0 vs seen = 1), (2) only right after a recorded ParkRetire      *)
-(* whose re-check succeeded, where the code takes no step before the copy  *)
-(* or the clear, and it changes only that process's pc (and the writer's   *)
-(* claim variables, as the code's claim did), (3) only for msg \notin Big, *)
-(* where a recorded WriterSendOverflow needs msg \in Big.                  *)
+(* (seen = 0 vs seen = 1), (2) only for msg \notin Big, where a recorded   *)
+(* WriterSendOverflow needs msg \in Big.  What follows a successful        *)
+(* re-check is Ring's own ParkRetire: it goes on with the re-check's       *)
+(* result (the reader to its copy, the writer to the chunk it claimed), as *)
+(* the code's wait returns after its retire.                               *)
 (* docs/spec.md, "The MessageQueue trace checker".                         *)
 (*                                                                         *)
 (* The look policy (lk): the recorder's sides wait with spin = 0 and       *)
 (* tight_looks = Looks - 2, so a wait looks exactly Looks times before it  *)
 (* parks (the first look, the tight looks, one look of the spin loop), and *)
 (* once after each futex sleep (ParkSleep, ParkRetire, look) before it     *)
-(* parks again.  The spec leaves the number of looks free (Spin); here a   *)
-(* failed look of a side with looks left must look again, one with none   *)
-(* left must park, so a look dropped or repeated shows.                    *)
+(* parks again (after a successful re-check's ParkRetire it goes on).     *)
+(* The spec leaves the number of looks free (Spin); here a failed look of  *)
+(* a side with looks left must look again, one with none left must park,   *)
+(* so a look dropped or repeated shows.                                    *)
 (***************************************************************************)
 EXTENDS MCRing, QTraceData
 
-VARIABLES t, k, lk, relook
+VARIABLES t, k, lk
 
-tvars == <<vars, t, k, lk, relook>>
+tvars == <<vars, t, k, lk>>
 
 Trace == Traces[t]
 
@@ -62,14 +55,12 @@ Trace == Traces[t]
 ReaderLook(p) ==
     /\ ReaderLoadReadFlag(p)
     /\ IF rechk[p]
-       THEN /\ relook' = [relook EXCEPT ![p] = pc'[p] = "park_retire"]
-            /\ UNCHANGED lk
-       ELSE /\ UNCHANGED relook
-            /\ IF pc'[p] = "copy"
-               THEN lk' = [lk EXCEPT ![p] = Looks]
-               ELSE IF lk[p] > 1
-               THEN pc'[p] = "load_w" /\ lk' = [lk EXCEPT ![p] = @ - 1]
-               ELSE pc'[p] = "park_snap" /\ UNCHANGED lk
+       THEN UNCHANGED lk
+       ELSE IF pc'[p] = "copy"
+       THEN lk' = [lk EXCEPT ![p] = Looks]
+       ELSE IF lk[p] > 1
+       THEN pc'[p] = "load_w" /\ lk' = [lk EXCEPT ![p] = @ - 1]
+       ELSE pc'[p] = "park_snap" /\ UNCHANGED lk
 
 \* A recorded WriterClaim: the re-check's load, a successful claim, a failed
 \* look with looks left (the code looks again: a stuttering step), or the
@@ -77,17 +68,18 @@ ReaderLook(p) ==
 WriterLook ==
     /\ pc[Wr] = "claim"
     /\ IF rechk[Wr]
-       THEN WriterClaim /\ relook' = [relook EXCEPT ![Wr] = Claimable] /\ UNCHANGED lk
-       ELSE /\ UNCHANGED relook
-            /\ IF Claimable
-               THEN WriterClaim /\ lk' = [lk EXCEPT ![Wr] = Looks]
-               ELSE IF lk[Wr] > 1
-               THEN msg <= M /\ UNCHANGED vars /\ lk' = [lk EXCEPT ![Wr] = @ - 1]
-               ELSE WriterClaim /\ UNCHANGED lk
+       THEN WriterClaim /\ UNCHANGED lk
+       ELSE IF Claimable
+       THEN WriterClaim /\ lk' = [lk EXCEPT ![Wr] = Looks]
+       ELSE IF lk[Wr] > 1
+       THEN msg <= M /\ UNCHANGED vars /\ lk' = [lk EXCEPT ![Wr] = @ - 1]
+       ELSE WriterClaim /\ UNCHANGED lk
 
-Same == UNCHANGED <<lk, relook>>
+Same == UNCHANGED lk
 
-\* The spec step a recorded step of process p stands for.
+\* The spec step a recorded step of process p stands for.  A ParkRetire after
+\* a successful re-check (rechk) ends the wait: the next wait has all its
+\* looks; after a sleep the side looks once, then parks again.
 Step(a, p) ==
     CASE a = "WriterClaim"         -> p = Wr /\ WriterLook
       [] a = "WriterClearWritten"  -> p = Wr /\ WriterClearWritten /\ Same
@@ -105,38 +97,19 @@ Step(a, p) ==
       [] a = "ParkRecheck"         -> ParkRecheck(p) /\ Same
       [] a = "ParkSleep"           -> ParkSleep(p) /\ Same
       [] a = "ParkRetire"          -> /\ ParkRetire(p)
-                                      /\ lk' = IF relook[p] THEN lk ELSE [lk EXCEPT ![p] = 1]
-                                      /\ UNCHANGED relook
+                                      /\ lk' = [lk EXCEPT ![p] = IF rechk[p] THEN Looks ELSE 1]
       [] a = "NotifyLoadWaiters"   -> NotifyLoadWaiters(p) /\ Same
       [] a = "NotifyWake"          -> NotifyWake(p) /\ Same
       [] OTHER                     -> FALSE
 
-\* Process p owes a spec step the code does not take: (1), (2), (3) above.
-Skipped(p) == p # Wr /\ pc[p] = "load_r" /\ seen[p] = 0 /\ ~relook[p]
-Relook(p)  == relook[p] /\ pc[p] = LoopTop(p)
-
-\* (2) for a reader: the code goes on to copy with what its re-check loaded
-\* (seen = 1 and its read flag 0), where Ring's ParkRetire looks again.  The
-\* look would not always succeed: the re-check may have loaded written = 1 of
-\* the chunk's previous message (which this reader acked) before the writer
-\* cleared it, then the flag the writer cleared after the payload, so the
-\* chunk holds the next message complete but is not published yet (a run
-\* `ringcast stress --record-trace` recorded: tests/stateful/
-\* test_queue_trace_validation.py::test_a_stale_recheck_goes_on_to_copy).
-\* Nothing but p's pc changes, as in the code, which loads nothing here.
-GoOn(p) == /\ pc' = [pc EXCEPT ![p] = "copy"]
-           /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, xvars, avars>>
+\* Process p owes a spec step the code does not take: (1), (2) above.
+Skipped(p) == p # Wr /\ pc[p] = "load_r" /\ seen[p] = 0
 NoSend     == pc[Wr] = "send" /\ msg \notin Big
-Owes(p)    == Skipped(p) \/ Relook(p) \/ (p = Wr /\ NoSend)
+Owes(p)    == Skipped(p) \/ (p = Wr /\ NoSend)
 
 \* The step p owes (deterministic: see the header).
 Implied(p) ==
     \/ Skipped(p) /\ ReaderLook(p)
-    \/ /\ Relook(p) /\ p = Wr
-       /\ Claimable /\ WriterClaim                 \* the re-check's result
-       /\ relook' = [relook EXCEPT ![p] = FALSE] /\ lk' = [lk EXCEPT ![p] = Looks]
-    \/ /\ Relook(p) /\ p # Wr /\ GoOn(p)            \* the re-check's result
-       /\ relook' = [relook EXCEPT ![p] = FALSE] /\ lk' = [lk EXCEPT ![p] = Looks]
     \/ p = Wr /\ NoSend /\ WriterSendOverflow /\ Same
 
 TraceInit ==
@@ -144,7 +117,6 @@ TraceInit ==
     /\ t \in DOMAIN Traces
     /\ k = 0
     /\ lk = [p \in Procs |-> Looks]
-    /\ relook = [p \in Procs |-> FALSE]
 
 TraceNext ==
     /\ UNCHANGED <<xvars, avars, t>>

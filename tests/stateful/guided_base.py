@@ -64,9 +64,8 @@ def follow(run, cov: Coverage, path: list, number: int, before=None, parking: bo
     blocked before exactly that action (``before(pr, i, j, action)`` may first take steps the
     projection folds, returning a finding's text if one moved the state); every state and
     transition reached goes into ``cov``. With ``parking``: a look the spec parks after is the
-    code's second (the first leads back to the look, a transition of the spec's Spin), and a
-    path's ``ParkRetire`` leads into the state after the process's look (coverage_park's
-    planning graph: a successful re-check goes straight on; after a wake-up the code looks). Returns the finding, if any."""
+    code's second (the first leads back to the look, a transition of the spec's Spin). Returns
+    the finding, if any."""
     from .ring_run import ScheduleFailure
 
     procs = {pr.p: pr for pr in run.procs}
@@ -87,9 +86,7 @@ def follow(run, cov: Coverage, path: list, number: int, before=None, parking: bo
                                f"{pr.name}:{action}", run.schedule + [f"{pr.name}:{action} (refused)"])
             run.step(pr)
             k = cov.step(k, run.model, p, action)
-            if parking and action in LOOKS | {"ParkRetire"}:
-                # the spec's look that parks is the code's second; a path's retire is into the
-                # state after the look (coverage_park.planning_graph)
+            if parking and action in LOOKS:  # the spec's look that parks is the code's second
                 for _ in range(3):
                     if k == j or pr.pending is None or pr.pending[0] not in LOOKS:
                         break

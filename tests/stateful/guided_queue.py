@@ -21,7 +21,7 @@ import time
 from ringcast.trace.child import ChildProcess
 from ringcast.trace.coverage import check_constants
 from ringcast.trace.coverage_paths import covering_paths, dump_graph
-from ringcast.trace.coverage_park import ParkCoverage, build_park_graph, planning_graph
+from ringcast.trace.coverage_park import ParkCoverage, build_park_graph
 from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
 
 from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
@@ -174,8 +174,7 @@ def guided(pool: GuidedPool, cov: QueueCoverage, name: str, *, only_states: bool
     """Replay paths that together take every transition of ``cov.graph`` not reached yet (with
     ``only_states``: enter every state)."""
     t0 = time.monotonic()
-    plan = planning_graph(cov.graph) if name in PARKING else cov.graph  # a re-check's retire goes straight on
-    paths = covering_paths(plan, done=cov.transitions, only_states=only_states)[:max_paths]
+    paths = covering_paths(cov.graph, done=cov.transitions, only_states=only_states)[:max_paths]
     findings = [f for n, path in enumerate(paths, 1) if (f := replay(pool, cov, path, name, number=n)) is not None]
     return GuidedResult(cov, len(paths), sum(len(p) for p in paths), time.monotonic() - t0, findings)
 

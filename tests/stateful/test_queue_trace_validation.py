@@ -120,7 +120,7 @@ def replay(pool, steps: list) -> dict:
 def test_a_stale_recheck_goes_on_to_copy(pool, tmp_path, copy_first):
     """The rejected recorder run, replayed step by step on real processes: reader 0's re-check
     succeeds on a stale written = 1 and a freshly cleared flag, and the code copies without looking
-    again (TraceQueue GoOn). As recorded (the copy after the publish) and with the copy moved
+    again (Ring's ParkRetire goes on to the copy). As recorded (the copy after the publish) and with the copy moved
     before the writer's publish (no look after ParkRetire could succeed there: the checker that
     re-looked, and the one with Hidden before it, rejected that run of the code)."""
     steps = _steps_of(STALE_RECHECK)
@@ -199,12 +199,12 @@ def mutation_table(traces: list[dict]) -> tuple[dict, list[str]]:
 
 def test_every_single_step_change_is_rejected(pool):
     """Each step dropped, duplicated, or swapped with the same process's next step, in two
-    recorded runs (the second with acquire_write / acquire_read) and STALE_RECHECK (GoOn):
+    recorded runs (the second with acquire_write / acquire_read) and STALE_RECHECK:
     every change is rejected unless it is itself a run of the code (a wait's first look dropped,
     see _late_first_look), and that one is accepted. Every kind of step in
     the traces is dropped and duplicated, and swapped where its process has a later step."""
     traces = [record(pool, 1), record(pool, 2, run_class=AcquireRun),
-              queue_trace(2, 2, 3, _steps_of(STALE_RECHECK), "the stale re-check run (GoOn)")]
+              queue_trace(2, 2, 3, _steps_of(STALE_RECHECK), "the stale re-check run")]
     table, wrong = mutation_table(traces)
     assert not wrong, "\n".join(wrong[:20])
     kinds = {a for tr in traces for a, _ in tr["steps"]}

@@ -19,12 +19,14 @@ With parking, a process's next step after a failed look is a choice the spec mak
   takes it only then, so the code's futex_wait returns at once (the word differs from the
   snapshot) and the replay never blocks. (A sleeper already blocked when its word moves returns
   at once in the harness, which takes its ``ParkSleep`` in the waker's step: not in a path.)
-* *A successful re-check goes straight on* (waiting.py: the reader copies, the writer writes the
-  chunk it claimed) where the spec's process retires and looks again (``LoopTop``): one code
-  step, ``ParkRetire``, is a chain of the process's own spec steps (:meth:`ParkCoverage.step`
-  counts every edge and state of it; ``passed`` counts the states only passed through). So is a
-  ``NotifyWake`` that wakes a process blocked in futex_wait (the random harness's sleepers): the
-  harness takes the sleeper's ``ParkSleep`` in the waker's step.
+* *A successful re-check goes straight on*, in the code (waiting.py: the reader copies, the writer
+  writes the chunk it claimed) and in the spec (Ring's ``ParkRetire``, issue 24): the spec keeps
+  ``rechk`` set from the re-check's last load until that retire, the model keeps where it goes on
+  (``after_retire``), so the projection sets ``rechk`` there.
+* A ``NotifyWake`` that wakes a process blocked in futex_wait (the random harness's sleepers) is
+  a chain of spec steps: the harness takes the sleeper's ``ParkSleep`` in the waker's step
+  (:meth:`ParkCoverage.step` counts every edge and state of it; ``passed`` counts the states only
+  passed through).
 * ``moved`` is the spec's: a ``NotifyWake`` sets it FALSE for a process of the woken side that
   is retiring (``park_retire``, not re-checking), where the model's futex word still moves.
 * The writer's ``wk`` is 0 outside ``Order`` (the model sets it at a re-check's claim).
@@ -108,6 +110,9 @@ def park_values(m, c: QueueConsts, pending: dict, cleared=()) -> dict:
             pc[r] = "park_snap"
     if m.pc[Wr] == "claim" and m.lastfail[Wr] and not m.rechk[Wr] and pending.get(Wr) == "ParkSnapshot":
         pc[Wr] = "park_snap"
+    for p, then in enumerate(m.after_retire):
+        if then is not None:  # retiring after a successful re-check: the spec keeps rechk until ParkRetire
+            rechk[p] = True
     wk = v["wk"] if pc[Wr] in c.order else 0
     return {**v, "pc": tuple(pc), "rechk": tuple(rechk), "wk": wk, "moved": moved}
 
@@ -152,7 +157,7 @@ class ParkCoverage(QueueCoverage):
 
     @property
     def passed(self) -> set[int]:
-        """States only passed through inside one code step (a re-check's retire), never stopped in."""
+        """States only passed through inside one code step (a NotifyWake that wakes a blocked sleeper), never stopped in."""
         return self.states - self.points
 
     def start(self, m) -> int | None:
@@ -168,7 +173,7 @@ class ParkCoverage(QueueCoverage):
             self.cleared.update(q for q in range(len(pc)) if pc[q] == "park_retire" and (q == Wr) != (p == Wr))
         k = self.state_of(m)
         path = None
-        if None not in (prev, k) and prev != k and (prev, k) not in self.edges and action in ("ParkRetire", "NotifyWake"):
+        if None not in (prev, k) and prev != k and (prev, k) not in self.edges and action == "NotifyWake":
             path = self.chain(prev, k, p)
         if path is None:
             k = super().step(prev, m, p, action)
@@ -178,44 +183,3 @@ class ParkCoverage(QueueCoverage):
             self.states.update(j for _, j, _, _ in path)
         self.points.add(k)
         return k
-
-
-def planning_graph(graph: Graph) -> Graph:
-    """``graph`` for planning paths the code can follow (same states): a ``ParkRetire`` after
-    which the process's look succeeds (a successful re-check: the code goes straight on) is one
-    edge into the state after that look, in place of the retire alone."""
-    pc_at = graph.vars.index("pc")
-    out = collections.defaultdict(list)
-    for i, j, p, a in graph.edges:
-        out[i].append((j, p, a))
-    looks = ("ReaderLoadWritten", "ReaderLoadReadFlag", "WriterClaim")
-
-    def after_look(j: int, p: int) -> int | None:
-        for _ in range(3):
-            at = graph.states[j][pc_at][p]
-            if at == "park_snap":
-                return None
-            if at not in ("load_w", "load_r", "claim"):
-                return j
-            nxt = [t for t, q, a in out[j] if q == p and a in looks]
-            if len(nxt) != 1:  # a failed look (park or look again): not a success
-                return None
-            j = nxt[0]
-        return None
-
-    edges = set()
-    for i, j, p, a in graph.edges:
-        t = after_look(j, p) if a == "ParkRetire" else None
-        edges.add((i, j, p, a) if t is None else (i, t, p, a))
-    succ = collections.defaultdict(list)
-    for e in edges:
-        succ[e[0]].append(e[1])
-    seen, todo = set(graph.init), list(graph.init)
-    while todo:
-        for j in succ[todo.pop()]:
-            if j not in seen:
-                seen.add(j)
-                todo.append(j)
-    # the states only a retire that goes straight on skips are left out (not reachable here)
-    return Graph(graph.model, graph.constants, graph.vars, graph.states, sorted(e for e in edges if e[0] in seen),
-                 graph.init)
