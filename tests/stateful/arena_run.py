@@ -21,9 +21,6 @@ from ringcast.trace.model import Conformance
 from .queue_run import QueueRun
 from .ring_run import Proc
 
-#: the arena's step hook actions (spec/Arena.tla); all the writer's but ArenaRelease
-ARENA_ACTIONS = frozenset({"ArenaClaim", "ArenaReclaimDead", "ArenaFallback", "ArenaClearWritten", "ArenaWrite",
-                           "ArenaClearReleased", "ArenaPublish", "ArenaRelease"})
 SLOT_BYTES = 4096  # TensorArena's smallest slot: tensor_arena_bytes = slots x 4096
 MIN_BYTES = 64  # the arena takes buffers from this size on (the production threshold is 1 MiB)
 
@@ -189,6 +186,10 @@ class ArenaModel:
         return [v for name in self.INVARIANTS for v in getattr(self, name)()]
 
 
+#: the arena's step hook actions (spec/Arena.tla): ArenaModel's; all the writer's but ArenaRelease
+ARENA_ACTIONS = frozenset(name for name in vars(ArenaModel) if name.startswith("Arena"))
+
+
 class ArenaRun(QueueRun):
     """A QueueRun with a tensor arena of ``slots`` slots of 4 KiB (buffers of >= ``MIN_BYTES``
     take a slot), ``n_local`` local readers that keep what they deliver, no remote readers, no
@@ -224,16 +225,13 @@ class ArenaRun(QueueRun):
         if pr.pending[0] == "ReaderCopy":  # the chunk's message: a view of its slot is built during the copy
             self._copying = (pr.p, abs(self.model.data[self.model.i[pr.p]]))
         super().step(pr, shutdown)
-        self._doom()
+        if self.doomed is not None and not self.dead and (doomed := self.procs[self.doomed]) in self.crashable():
+            self.crash(doomed)  # the doomed reader dies at the first moment it can
 
     def _take(self, pr: Proc, action: str, index: int, extra=None) -> None:
         if action not in ARENA_ACTIONS:
             return super()._take(pr, action, index, extra)
         self._checked(self.amodel.step, action, index, extra, None if pr is self.writer else pr.p, self.model.msg)
-
-    def _doom(self) -> None:
-        if self.doomed is not None and not self.dead and (pr := self.procs[self.doomed]) in self.crashable():
-            self.crash(pr)
 
     def live_readers(self) -> list[Proc]:
         return [pr for pr in self.procs if pr is not self.writer and pr.p not in self.dead]
@@ -330,9 +328,6 @@ class ArenaRun(QueueRun):
 
     def _after_step(self) -> None:
         super()._after_step()
-        self._check_arena()
-
-    def _check_arena(self) -> None:
         a, seg = self.amodel, self.arena
         for s, k in enumerate(a.data):
             if (real := seg.flags(s)) != a.flags(s):

@@ -116,14 +116,12 @@ class Machine(RuleBasedStateMachine):
         run, self.run = self.run, None
         if run is None:
             return
-        try:
+        with run:
             if not self.failed:
                 run.drain()
                 run.check_complete()
                 if self.on_complete is not None:
                     self.on_complete(run)
-        finally:
-            run.close()
 
 
 for _name in RingModel.INVARIANTS:

@@ -54,6 +54,12 @@ class RunBase:
     model: RingModel
     ring: ShmRingBuffer | None = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def fail(self, kind: str, detail: str):
         """Raise the run's :class:`ScheduleFailure` (the machine's invariants too: machine.py)."""
         raise ScheduleFailure(kind, detail, self.schedule, self)

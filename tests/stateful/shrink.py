@@ -13,18 +13,16 @@ from .ring_run import RingRun, ScheduleFailure
 def replay(pool: Pool, params: dict, pids: list[int], drain: bool = False) -> ScheduleFailure | None:
     """Run ``pids`` (a process per step; a finished process's steps are skipped) on a fresh
     RingRun with ``params`` (then drain it, if ``drain``); return the failure it raises, or None."""
-    run = RingRun(pool, **params)
-    try:
-        for p in pids:
-            if p <= run.NR and run.procs[p].pending is not None:
-                run.step(run.procs[p])
-        if drain:
-            run.drain()
-            run.check_complete()
-    except ScheduleFailure as e:
-        return e
-    finally:
-        run.close()
+    with RingRun(pool, **params) as run:
+        try:
+            for p in pids:
+                if p <= run.NR and run.procs[p].pending is not None:
+                    run.step(run.procs[p])
+            if drain:
+                run.drain()
+                run.check_complete()
+        except ScheduleFailure as e:
+            return e
     return None
 
 

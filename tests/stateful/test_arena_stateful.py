@@ -48,8 +48,7 @@ def _dead_holder_run(pool, writer: str) -> ArenaRun:
 
 
 def test_reader_dying_with_a_view_has_its_slot_reclaimed(pool):
-    run = _dead_holder_run(pool, "correct")
-    try:
+    with _dead_holder_run(pool, "correct") as run:
         run.drain()
         run.check_complete()  # every message delivered to R0, its views released, statistics() exact
         # message 2 takes slot 0 back from the dead R1; message 3 finds it held by R0 (it keeps
@@ -57,45 +56,36 @@ def test_reader_dying_with_a_view_has_its_slot_reclaimed(pool):
         # placement): R1 is reclaimed again, R0 still holds it: the fallback is legitimate
         a = run.amodel
         assert a.log == {1: 0, 2: 0} and (a.reclaimed, a.fallbacks, a.hits) == (2, 1, 2), run.schedule
-    finally:
-        run.close()
 
 
 def test_run_stopped_inside_a_release_leaves_a_working_pool(pool):
     """A reader stopped while blocked in a view's finalizer (its ArenaRelease, nested in another
     step) unwinds: the command is not lost inside the finalizer, and the next run works."""
     for _ in range(2):
-        run = ArenaRun(pool, n_local=1, objs=[arena_array(1, 1000), 7], max_chunks=2, slots=1)
-        pids = [w.pid for w in pool.workers]
-        try:
+        with ArenaRun(pool, n_local=1, objs=[arena_array(1, 1000), 7], max_chunks=2, slots=1) as run:
+            pids = [w.pid for w in pool.workers]
             w, r0 = run.writer, run.procs[0]
             run.step_until(w, lambda run: w.pending is None)
             run.step_until(r0, _delivered(r0, 1))
             run.drop(r0, 1)
             assert r0.pending == ("ArenaRelease", 0, None), run.schedule
-        finally:
-            run.close()
         assert [w.pid for w in pool.workers] == pids  # stopped, not replaced after a 20 s silence
 
 
 def test_known_no_reclaim_counterexample(pool):
-    run = _dead_holder_run(pool, "no_reclaim")
-    try:
+    with _dead_holder_run(pool, "no_reclaim") as run:
         with pytest.raises(ScheduleFailure) as ei:
             run.drain()
         e = ei.value
         assert e.kind == "Violation" and e.detail.startswith("Arena.NoDeadLeak"), str(e)
         assert e.schedule[-1] == "W:ArenaFallback@-1", str(e)
-    finally:
-        run.close()
 
 
 def test_known_release_at_dequeue_counterexample(pool):
     """Message 1 in slot 0; the reader reads it (and releases the flag while it keeps the array);
     the writer then claims slot 0 for message 2: NoOverwrite fails when ArenaWrite is next."""
-    run = ArenaRun(pool, n_local=1, objs=[arena_array(1, 1000), arena_array(2, 1000)], max_chunks=2, slots=1,
-                   reader="release_at_dequeue")
-    try:
+    with ArenaRun(pool, n_local=1, objs=[arena_array(1, 1000), arena_array(2, 1000)], max_chunks=2, slots=1,
+                  reader="release_at_dequeue") as run:
         w, r0 = run.writer, run.procs[0]
         run.step_until(w, lambda run: run.model.msg == 2 and w.action == "ArenaClaim")
         run.step_until(r0, "ArenaRelease")  # during its ReaderCopy of message 1
@@ -105,8 +95,6 @@ def test_known_release_at_dequeue_counterexample(pool):
         e = ei.value
         assert e.kind == "Violation" and e.detail.startswith("Arena.NoOverwrite"), str(e)
         assert e.schedule[-2:] == ["W:ArenaClaim@0", "W:ArenaClearWritten@0"], str(e)
-    finally:
-        run.close()
 
 
 def _search(pool, reader: str = "correct", writer: str = "correct", max_examples: int = 200) -> ScheduleFailure:

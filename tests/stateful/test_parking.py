@@ -46,8 +46,7 @@ def _park(run: QueueRun, pr, recheck: int = 3) -> None:
 def test_shutdown_while_parked(pool):
     """A reader asleep in futex_wait; shutdown() from another thread of its process bumps the futex
     word and wakes it: it retires, looks once more, and raises Cancelled."""
-    run = _run(pool, n_local=1, objs=["a"], max_chunks=1)
-    try:
+    with _run(pool, n_local=1, objs=["a"], max_chunks=1) as run:
         r0 = run.procs[0]
         _park(run, r0)
         run.shutdown_from_thread(r0)
@@ -61,15 +60,12 @@ def test_shutdown_while_parked(pool):
         run.drain()  # the writer still publishes its message; nobody is left asleep
         run.check_complete()
         assert any("shutdown() on another thread" in s for s in run.schedule)
-    finally:
-        run.close()
 
 
 def test_notify_wakes_parked_reader(pool):
     """Reader asleep; the writer publishes, NotifyLoadWaiters sees one waiter, NotifyWake bumps the
     word and wakes it; the reader retires, looks again and delivers the message."""
-    run = _run(pool, n_local=1, objs=["a", "b"], max_chunks=2)
-    try:
+    with _run(pool, n_local=1, objs=["a", "b"], max_chunks=2) as run:
         r0, w = run.procs[0], run.writer
         _park(run, r0)
         run.step_until(w, "NotifyLoadWaiters", limit=20)
@@ -81,15 +77,12 @@ def test_notify_wakes_parked_reader(pool):
         run.drain()
         run.check_complete()
         assert run.got[0] == ["a", "b"]
-    finally:
-        run.close()
 
 
 def test_notify_wakes_parked_writer(pool):
     """The other eventcount: the writer parks on a full ring (one chunk, unread); the reader's ack is
     followed by NotifyLoadWaiters / NotifyWake on read_seq, which wakes the writer."""
-    run = _run(pool, n_local=1, objs=[1, 2], max_chunks=1)
-    try:
+    with _run(pool, n_local=1, objs=[1, 2], max_chunks=1) as run:
         r0, w = run.procs[0], run.writer
         _park(run, w, recheck=2)
         run.step_until(r0, "NotifyWake", limit=20)
@@ -97,8 +90,6 @@ def test_notify_wakes_parked_writer(pool):
         assert not w.sleeping and w.pending[0] == "ParkRetire", run.schedule
         run.drain()
         run.check_complete()
-    finally:
-        run.close()
 
 
 def test_parking_stateful(pool):

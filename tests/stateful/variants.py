@@ -18,8 +18,7 @@ from ringcast.arena import ArenaReader, ArenaWriter
 from ringcast.atomics import fence
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.ring import RingReader, RingWriter
-
-from .model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
+from ringcast.trace.model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
 
 
 def _seek_writer(w: RingWriter, i: int) -> None:

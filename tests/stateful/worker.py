@@ -11,9 +11,6 @@ import contextlib
 
 from ringcast.trace.child import Child
 
-#: the factories of ringcast.queue that a MessageQueue is built with, and the harness replaces
-FACTORIES = ("wait_policy", "writer_arena", "reader_arena")
-
 
 class Worker(Child):
     arena_reader = None  # this reader's side of the tensor arena (None: none)
@@ -29,46 +26,42 @@ class Worker(Child):
     @contextlib.contextmanager
     def _factories(self, p: dict):
         """While the MessageQueue is built, ringcast.queue's factories are the harness's (the seam
-        child.py's FakeTime uses for ``time``): ``wait_policy`` takes ``tight_looks`` (if given)
-        instead of what the queue picks from the CPU count (0: a parking run reaches ParkSnapshot
-        after two looks); ``writer_arena`` / ``reader_arena`` give the ``arena_variant`` side (a
-        planted bug, or the real one), the writer's taking buffers from ``arena_min_bytes`` on.
-        Raises RuntimeError if the queue did not build a side through them."""
+        child.py's FakeTime uses for ``time``), each applying ``then`` to what the real one made:
+        ``wait_policy`` takes ``tight_looks`` (if given) instead of what the queue picks from the
+        CPU count (0: a parking run reaches ParkSnapshot after two looks); ``writer_arena`` /
+        ``reader_arena`` give the ``arena_variant`` side (a planted bug, or the real one), the
+        writer's taking buffers from ``arena_min_bytes`` on. RuntimeError if the queue was built
+        without them."""
         import dataclasses
 
         import ringcast.queue as q
 
         from .variants import ARENA_READERS, ARENA_WRITERS
 
-        real = {name: getattr(q, name) for name in FACTORIES}
         variant = p.get("arena_variant", "correct")
-        used = set()
+        then = {
+            "wait_policy": lambda pol: dataclasses.replace(pol, tight_looks=p["tight_looks"]) if "tight_looks" in p else pol,
+            "writer_arena": lambda aw: ARENA_WRITERS[variant](aw.arena, aw.live_readers, aw.dead_readers,
+                                                              p.get("arena_min_bytes", aw.min_bytes)),
+            "reader_arena": lambda ar: None if ar is None else ARENA_READERS[variant](ar.arena, ar.r),
+        }
+        real, made = {name: getattr(q, name) for name in then}, {}
 
-        def wait_policy(*args):
-            used.add("wait_policy")
-            pol = real["wait_policy"](*args)
-            return dataclasses.replace(pol, tight_looks=p["tight_looks"]) if "tight_looks" in p else pol
+        def factory(name: str):
+            def make(*args):
+                made[name] = then[name](real[name](*args))
+                return made[name]
+            return make
 
-        def writer_arena(*args):
-            used.add("writer_arena")
-            aw = real["writer_arena"](*args)
-            return ARENA_WRITERS[variant](aw.arena, aw.live_readers, aw.dead_readers, p.get("arena_min_bytes", aw.min_bytes))
-
-        def reader_arena(*args):
-            used.add("reader_arena")
-            ar = real["reader_arena"](*args)
-            self.arena_reader = ar = None if ar is None else ARENA_READERS[variant](ar.arena, ar.r)
-            return ar
-
-        vars(q).update(wait_policy=wait_policy, writer_arena=writer_arena, reader_arena=reader_arena)
+        vars(q).update({name: factory(name) for name in then})
         try:
             yield
         finally:
             vars(q).update(real)
-        want = {"wait_policy"} | ({"writer_arena"} if "tensor_arena_bytes" in p else set())
-        if not want <= used:
-            raise RuntimeError(f"MessageQueue was built without ringcast.queue.{' / '.join(sorted(want - used))}: "
-                               "the harness cannot set tight_looks or the arena's side; update Worker._factories")
+        self.arena_reader = made.get("reader_arena")
+        if missing := {"wait_policy", *(["writer_arena"] if "tensor_arena_bytes" in p else [])} - made.keys():
+            raise RuntimeError(f"MessageQueue was built without ringcast.queue.{' / '.join(sorted(missing))}: the harness "
+                               "cannot set tight_looks or the arena's side; update Worker._factories")
 
     def report(self, head: tuple) -> None:
         if self.keep:

@@ -243,11 +243,6 @@ class Child:
         self.keep = bool(p.get("keep"))
         return None, lambda: self._dequeue_all(p)
 
-    def _delay(self, p: dict, k: int) -> None:
-        delays = p.get("delays") or ()
-        if delays and delays[k % len(delays)]:
-            _real_time.sleep(delays[k % len(delays)])
-
     def _timeout(self, p: dict):
         """Unhooked (free-running) programs wait in slices of real time and look at the pipe in
         between, so that the harness can always stop them."""
@@ -258,53 +253,52 @@ class Child:
         return 0.2
 
     def _enqueue_all(self, p: dict) -> None:
+        def put(k: int, timeout) -> None:
+            obj = p["objs"][k]
+            if k in p.get("acquire", ()):  # raw bytes into the chunk: a 4-byte length, the object
+                with self.mq.acquire_write(timeout=timeout) as view:
+                    view[: 4 + len(obj)] = len(obj).to_bytes(4, "little") + obj
+            else:
+                self.mq.enqueue(obj, timeout=timeout)
+
+        if self._each(p, len(p["objs"]), put) and p.get("stats"):
+            self.events.append(("stats", self.mq.statistics()))
+
+    def _dequeue_all(self, p: dict) -> None:
+        def get(k: int, timeout) -> None:
+            if k in p.get("acquire", ()):  # what the writer's acquire_write stored
+                with self.mq.acquire_read(timeout=timeout) as view:
+                    obj = bytes(view[4 : 4 + int.from_bytes(view[:4], "little")])
+            else:
+                obj = self.mq.dequeue(timeout=timeout)
+            self.events.append(("delivered", obj))
+            if self.keep and type(obj).__name__ == "ndarray":
+                self.kept[k + 1] = obj  # kept until the harness says ("drop", k + 1); no other reference
+
+        self._each(p, p["M"], get)
+
+    def _each(self, p: dict, n: int, op) -> bool:
+        """``op(k, timeout)`` for message k = 0 .. n-1, after its delay (``delays[k]`` seconds,
+        cyclic), again after a timeout (an event when hooked); False when a Cancelled ended the
+        program."""
         from ringcast.errors import Cancelled, RingTimeoutError
 
         self.events.append(("tight_looks", self.mq.policy.tight_looks))  # the recorder's trace needs it
-        for k, obj in enumerate(p["objs"]):
-            self._delay(p, k)
+        delays = p.get("delays") or [0]
+        for k in range(n):
+            if delays[k % len(delays)]:
+                _real_time.sleep(delays[k % len(delays)])
             while True:
                 try:
-                    if k in p.get("acquire", ()):  # raw bytes into the chunk: a 4-byte length, the object
-                        with self.mq.acquire_write(timeout=self._timeout(p)) as view:
-                            view[: 4 + len(obj)] = len(obj).to_bytes(4, "little") + obj
-                    else:
-                        self.mq.enqueue(obj, timeout=self._timeout(p))
+                    op(k, self._timeout(p))
                     break
                 except RingTimeoutError:
                     if self.hooked:
                         self.events.append(("timeout",))
                 except Cancelled:
                     self.events.append(("cancelled",))
-                    return
-        if p.get("stats"):
-            self.events.append(("stats", self.mq.statistics()))
-
-    def _dequeue_all(self, p: dict) -> None:
-        from ringcast.errors import Cancelled, RingTimeoutError
-
-        got = 0
-        self.events.append(("tight_looks", self.mq.policy.tight_looks))
-        while got < p["M"]:
-            self._delay(p, got)
-            try:
-                if got in p.get("acquire", ()):  # what the writer's acquire_write stored
-                    with self.mq.acquire_read(timeout=self._timeout(p)) as view:
-                        obj = bytes(view[4 : 4 + int.from_bytes(view[:4], "little")])
-                else:
-                    obj = self.mq.dequeue(timeout=self._timeout(p))
-            except RingTimeoutError:
-                if self.hooked:
-                    self.events.append(("timeout",))
-                continue
-            except Cancelled:
-                self.events.append(("cancelled",))
-                return
-            self.events.append(("delivered", obj))
-            if self.keep and type(obj).__name__ == "ndarray":
-                self.kept[got + 1] = obj  # kept until the harness says ("drop", got + 1)
-            del obj  # no stray reference: a dropped view must die at once
-            got += 1
+                    return False
+        return True
 
     def run(self, op: str, p: dict) -> None:
         self.p = p["p"]

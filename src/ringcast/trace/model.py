@@ -102,23 +102,23 @@ class RingModel:
         if pc in ("claim", "load_w") and self.parking and self.lastfail[p] and not self.rechk[p]:
             return (STEP_ACTION[pc], "ParkSnapshot")
         if pc == "payload" and self.parts is None and self.parts_done > 0:
-            return ("WriterWritePayload",) + self._after_payload()
+            return ("WriterWritePayload",) + self._order_from(self.wk)
         if pc == "send":
-            return ("WriterSendOverflow", STEP_ACTION[self.Order[self.wk]] if self.wk < len(self.Order) else "WriterClaim")
+            return self._order_from(self.wk - 1)
         return (STEP_ACTION[pc],)
 
     def _sleep_next(self, p: int) -> tuple[str, ...]:
         # after a failed re-check: sleep, or (shutdown() was called) retire and raise Cancelled
         return ("ParkSleep", "ParkRetire") if p in self.shutdown_req else ("ParkSleep",)
 
-    def _after_payload(self) -> tuple[str, ...]:
-        k = self.wk  # Order[k] is the step after the payload
+    def _order_from(self, k: int) -> tuple[str, ...]:
+        """The writer's next actions at step ``Order[k]``: an overflow send may be skipped (an
+        inline message), after the last step comes the next message's claim or the end."""
         if k >= len(self.Order):
             return ("WriterClaim", "done")
-        nxt = self.Order[k]
-        if nxt == "send" and k + 1 < len(self.Order):
-            return ("WriterSendOverflow", STEP_ACTION[self.Order[k + 1]])
-        return (STEP_ACTION[nxt],)
+        if self.Order[k] == "send":
+            return ("WriterSendOverflow",) + self._order_from(k + 1)[:1]
+        return (STEP_ACTION[self.Order[k]],)
 
     def state(self) -> dict:
         """The spec variables a trace records after each step (see tracecheck.py)."""
