@@ -31,7 +31,7 @@ from ringcast.trace.model import RingModel
 from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
 from .pool import Pool
 from .ring_run import RingRun
-from .variants import READER_MODEL, WRITER_MODEL
+from .variants import READER_MODEL, READERS, WRITER_MODEL
 
 #: The constants RingRun implements (N, NR, M are a run's own): the correct writer and reader,
 #: a zero-filled segment, a payload written in two steps, no overflow, SC, no parking, nobody
@@ -88,9 +88,10 @@ def replay(pool: Pool, cov: Coverage, path: list, *, N: int, NR: int, M: int, si
 
 
 def guided(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, reader: str = "correct", writer: str = "correct",
-           only_states: bool = False, max_paths: int | None = None) -> GuidedResult:
+           only_states: bool = False, max_paths: int | None = None, first: bool = False) -> GuidedResult:
     """Replay a set of paths that covers every transition of ``cov.graph`` not reached yet (or,
-    with ``only_states``, every state); ``cov`` collects what the code reached."""
+    with ``only_states``, every state); ``cov`` collects what the code reached.  ``first``: stop
+    at the first finding."""
     t0 = time.monotonic()
     paths = covering_paths(cov.graph, done=cov.transitions, only_states=only_states)
     if max_paths is not None:
@@ -100,6 +101,9 @@ def guided(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, reader: str = 
         f = replay(pool, cov, path, N=N, NR=NR, M=M, reader=reader, writer=writer, number=n)
         if f is not None:
             findings.append(f)
+            if first:
+                paths = paths[:n]
+                break
     return GuidedResult(cov, len(paths), sum(len(p) for p in paths), time.monotonic() - t0, findings)
 
 
@@ -139,6 +143,33 @@ def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examp
     return time.monotonic() - t0
 
 
+def random_catches(pool: Pool, *, N: int, NR: int, M: int, reader: str, writer: str = "correct", seeds=range(20),
+                   examples: int = 50, steps: int = 60) -> dict:
+    """Does plain Hypothesis exploration catch a planted bug?  The ring machine with the ``reader``
+    / ``writer`` variant at these constants, the budget of :func:`random_coverage`, under each
+    Hypothesis seed (no example database): ``{seed: the ScheduleFailure's first line, or None}``."""
+    from hypothesis import strategies as st
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from .machine import budget, ring_machine
+    from .ring_run import ScheduleFailure
+
+    m = ring_machine(pool, writer=writer, reader=reader, N=st.just(N), NR=st.just(NR),
+                     sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M))
+    from hypothesis import Phase, settings
+
+    caught = {}
+    for seed in seeds:  # no shrinking: whether it is caught, not how short
+        machine, sets = seeded(m, settings(budget(examples, steps), phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                                           report_multiple_bugs=False), seed)
+        try:
+            run_state_machine_as_test(machine, settings=sets)
+            caught[seed] = None
+        except ScheduleFailure as e:
+            caught[seed] = str(e).splitlines()[0]
+    return caught
+
+
 def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
     """A fresh Coverage of manifest model ``name`` (TLC's graph, :func:`dump_graph`) and the
     model's (N, NR, M); a graph of other constants than the harness runs is refused
@@ -151,6 +182,35 @@ def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
     g = dump_graph(name, spec=spec)
     check_constants(g.constants, harness_constants(*RING_MODELS[name]))
     return Coverage(g), RING_MODELS[name]
+
+
+def _planted(pool: Pool, cov: Coverage, reader: str, seeds: int, **consts) -> int:
+    from hypothesis import settings
+
+    _ci_profile()
+    t0 = time.monotonic()
+    caught = random_catches(pool, reader=reader, seeds=range(seeds), **consts)
+    hits = [s for s, e in caught.items() if e]
+    print(f"plain Hypothesis ({settings.default.max_examples} examples a seed): caught under {len(hits)} of {seeds} seeds {hits} "
+          f"({time.monotonic() - t0:.0f}s)")
+    for s in hits[:3]:
+        print(f"  seed {s}: {caught[s]}")
+    res = guided(pool, cov, reader=reader, first=True, **consts)
+    print(f"guided: {'caught at path ' + str(res.paths) if res.findings else 'not caught'} ({res.seconds:.1f}s)")
+    for fd in res.findings:
+        print(f"  {fd}")
+    return 0 if res.findings else 1
+
+
+def _ci_profile() -> None:
+    """The test suite's ci profile (tests/conftest.py), unless HYPOTHESIS_PROFILE names another."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def main(argv=None) -> int:
@@ -168,6 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", help="spec folder (default: the package's)")
     ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring or queue machine at the budget of test_ring_protocol / test_queue_stateful, under the loaded Hypothesis profile)")
     ap.add_argument("--max-paths", type=int, default=None, help="replay at most this many paths")
+    ap.add_argument("--planted", metavar="READER", choices=sorted(READERS), help="ring level: instead of coverage, "
+                    "whether plain Hypothesis (one run per seed) and the guided replay catch this planted reader")
+    ap.add_argument("--seeds", type=int, default=20, help="with --planted: Hypothesis seeds 0 .. SEEDS-1 (default %(default)s)")
     ap.add_argument("--unreached", metavar="FILE", default="coverage-unreached.txt",
                     help="where the unreached states go, grouped by action (default %(default)s)")
     args = ap.parse_args(argv)
@@ -180,17 +243,12 @@ def main(argv=None) -> int:
             run = lambda: gq.guided(pool, cov, args.model, max_paths=args.max_paths)  # noqa: E731
         else:
             cov, (N, NR, M) = ring_coverage(args.model, args.spec)
+            if args.planted:
+                return _planted(pool, cov, args.planted, args.seeds, N=N, NR=NR, M=M)
             rand = lambda: random_coverage(pool, cov, N=N, NR=NR, M=M)  # noqa: E731
             run = lambda: guided(pool, cov, N=N, NR=NR, M=M, max_paths=args.max_paths)  # noqa: E731
         if args.random:
-            import os
-
-            from hypothesis import HealthCheck, settings
-
-            # the test suite's ci profile (tests/conftest.py), unless HYPOTHESIS_PROFILE names another
-            settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
-                                      suppress_health_check=[HealthCheck.too_slow])
-            settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+            _ci_profile()
             secs = rand()
             print(format_report(report(cov), f"{args.model}, plain Hypothesis ({secs:.1f}s)"))
             with open(args.unreached + ".random", "w") as f:

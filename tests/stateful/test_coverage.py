@@ -69,6 +69,20 @@ def test_guided_replay_catches_a_reader_that_acks_early_only_when_the_writer_wai
 
 
 @pytest.mark.usefixtures("tlc")
+def test_guided_replay_catches_a_reader_that_takes_a_stale_look_for_a_lap(pool):
+    """variants.LappedReader drops a message only after a stale look with a peer still behind it,
+    a state plain Hypothesis exploration rarely enters (the ci budget at ring_correct's constants
+    catches it under few of 20 seeds: ``python -m tests.stateful.guided ring_correct --planted
+    lapped``, docs/stateful.md); the guided replay reaches it and the per-step check refuses the
+    ack where the spec's reader copies."""
+    cov, (N, NR, M) = ring_coverage("ring_correct")
+    res = guided(pool, cov, N=N, NR=NR, M=M, reader="lapped", first=True)
+    assert res.findings, f"{res.paths} paths replayed, no finding"
+    f = res.findings[0]
+    assert "is about to execute ReaderAck" in f.detail and "ReaderCopy" in f.detail, str(f)
+
+
+@pytest.mark.usefixtures("tlc")
 def test_guided_replay_enters_every_state_of_overflow_code():
     """The MessageQueue level: TLC's 2,349 states of overflow_code (1,613 after the look and
     inline-send quotients) entered by a real MessageQueue (two local readers, messages 1 and 3

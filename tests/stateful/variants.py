@@ -121,8 +121,8 @@ class LappedReader(ReaderEndpoint):
     had claimed the chunk, written the next message and cleared the flag), and the chunk holds
     the reader's next message, complete. No spec switch: the per-step check refuses the ack
     where the spec's reader copies. Rarely reached: the guided replay of ring_correct catches it
-    (70 of 457 paths, first at path 292); the ci-profile coverage machine reached its trigger in
-    4 of 20 Hypothesis seeds (a projection, not yet a run of this variant)."""
+    (70 of 457 paths, first at path 292); plain Hypothesis at the ci budget catches it under 4 of
+    20 seeds (``python -m tests.stateful.guided ring_correct --planted lapped``, docs/stateful.md)."""
 
     def ready(self) -> bool:
         if not super().ready():
