@@ -9,7 +9,7 @@ orchestrates: for each of ``repeats`` repeats and each payload it asks every wri
 (the bench's message) after 10 unmeasured ones that touch every chunk, each reader stamps ``time.monotonic_ns()`` after ``dequeue`` returned and
 writes 1 to an eventfd, and the writer blocks on the eventfd until every reader has acknowledged
 before it sends the next message. Reported per batch: one-way p50 over all readers, the writer's
-``enqueue`` p50, and the writer's minor page faults per ``enqueue`` (``getrusage``). Per case: the
+``enqueue`` p50, the writer's minor page faults per ``enqueue`` and the readers' per receive (``getrusage``). Per case: the
 median over repeats, and ratios of those medians.
 
 Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same with a tensor arena
@@ -100,17 +100,20 @@ def _reader_main(impl, info, index, efd_dup, conn, loader, heap) -> None:
     recv, close = _open_reader(impl, info, index, loader)
     mono, ack = time.monotonic_ns, os.eventfd_write
     lat: list[int] = []
+    flt: list[int] = []  # minor page faults inside each receive (getrusage: the reader's allocator state)
     try:
         while True:
+            f0 = minor_faults()
             m = recv()
             t = mono()
             k = m[0]
             if k == "d":
+                flt.append(minor_faults() - f0)
                 lat.append(t - m[2])
             elif k == "begin":
-                lat = []
+                lat, flt = [], []
             elif k == "end":
-                conn.send(lat)
+                conn.send((lat, flt))
                 continue
             elif k == "stop":
                 break
@@ -192,12 +195,15 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 enq.append(t1 - t)
                 _wait_acks(efd, n, procs, poll)
             send(("end",))
-            lat = []
+            lat, rflt = [], []
             for c in conns:
                 if not c.poll(_TIMEOUT):
                     raise TimeoutError(f"harness: a {impl} reader sent no result")
-                lat.extend(c.recv())
-            conn.send({"p50_us": _p50(lat) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt), "faults_mean": sum(flt) / len(flt)})
+                a, b = c.recv()
+                lat.extend(a)
+                rflt.extend(b)
+            conn.send({"p50_us": _p50(lat) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
+                       "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt)})
     except BaseException as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
     finally:
@@ -288,12 +294,15 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
+_KEYS = ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults_mean")
+
+
 def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
     over the floor (or floor-arena), of those medians."""
     out: dict = {}
     for case, per in raw.items():
-        s = {impl: {k: median([r[k] for r in rs]) for k in ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean")} for impl, rs in per.items()}
+        s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS if k in rs[0]} for impl, rs in per.items()}
         rc = s.get("ringcast") or s.get("arena")
         fl = s.get("floor") or s.get("floor-arena")
         ratios = {}
@@ -307,14 +316,15 @@ def summarize(raw: dict) -> dict:
 
 def table(result: dict) -> str:
     """A markdown table of :func:`summarize`'s output."""
-    head = "| case | impl | one-way p50 us | enqueue p50 us | writer faults/msg (p50, mean) | ringcast / vLLM | ringcast / floor |"
-    lines = [head, "|" + "---|" * 7]
+    head = ("| case | impl | one-way p50 us | enqueue p50 us | writer faults/msg (p50, mean) | reader faults/msg (mean) "
+            "| ringcast / vLLM | ringcast / floor |")
+    lines = [head, "|" + "---|" * 8]
     for case, st in result["summary"].items():
         for k, (impl, v) in enumerate(st["impls"].items()):
             rat = st["ratios"] if k == 0 else {}
             r1 = f"{rat['rc/vllm']:.2f}" if "rc/vllm" in rat else ""
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
-            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {r1} | {r2} |")
+            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v.get('reader_faults_mean', float('nan')):.1f} | {r1} | {r2} |")
     return "\n".join(lines)
 
 

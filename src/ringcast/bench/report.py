@@ -20,7 +20,7 @@ def _f(x, nd=1) -> str:
 
 
 def _rows(result: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["case", "impl", "p50 us", "p99 us", "enqueue p50 us", "enqueue faults", "msg/s", "reader CPU max", "x slower than ringcast (p50 | p99 | thr)", "rounds"]
+    head = ["case", "impl", "p50 us", "p99 us", "enqueue p50 us", "enqueue faults", "reader faults", "msg/s", "reader CPU max", "x slower than ringcast (p50 | p99 | thr)", "rounds"]
     rows = []
     for cname, c in result["cases"].items():
         for name in sorted(c["impls"], key=lambda k: _ORDER.index(k) if k in _ORDER else 99):
@@ -29,7 +29,7 @@ def _rows(result: dict) -> tuple[list[str], list[list[str]]]:
             ratio = " | ".join(_f(r.get(m), 2) for m in ("p50_us", "p99_us", "msgs_per_s")) if name != "ringcast" else "1"
             cpu = st.get("reader_cpu_max")
             rows.append(
-                [cname, name, _f(st.get("p50_us")), _f(st.get("p99_us")), _f(st.get("enqueue_p50_us")), _f(st.get("enqueue_faults_mean")), _f(st.get("msgs_per_s"), 0), "-" if cpu is None else f"{cpu * 100:.1f}%", ratio, str(st.get("rounds"))]
+                [cname, name, _f(st.get("p50_us")), _f(st.get("p99_us")), _f(st.get("enqueue_p50_us")), _f(st.get("enqueue_faults_mean")), _f(st.get("reader_faults_mean")), _f(st.get("msgs_per_s"), 0), "-" if cpu is None else f"{cpu * 100:.1f}%", ratio, str(st.get("rounds"))]
             )
     return head, rows
 

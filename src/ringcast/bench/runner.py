@@ -44,11 +44,14 @@ def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
         t_last = None
         do_ack = False
         cpu0 = wall0 = 0.0
+        flt: list[int] = []  # minor page faults inside each receive (the reader's allocator state)
         while True:
+            f0 = minor_faults()
             m = recv()
             t = mono_ns()
             k = m[0]
             if k == "d":
+                flt.append(minor_faults() - f0)
                 lat.append(t - m[2])
                 count += 1
                 t_last = t
@@ -57,14 +60,14 @@ def bench_reader_main(name: str, info, index: int, ack, conn) -> None:
                 if do_ack:
                     ack[index] = seq
             elif k == "begin":
-                lat = []
+                lat, flt = [], []
                 count = 0
                 t_last = None
                 do_ack = m[1]
                 cpu0, wall0 = time.process_time(), time.monotonic()
                 ack[index] = m[2]
             elif k == "end":
-                conn.send({"lat": lat, "count": count, "t_last": t_last, "cpu": time.process_time() - cpu0, "wall": time.monotonic() - wall0})
+                conn.send({"lat": lat, "faults": flt, "count": count, "t_last": t_last, "cpu": time.process_time() - cpu0, "wall": time.monotonic() - wall0})
             elif k == "stop":
                 break
     except BaseException as e:
@@ -225,6 +228,8 @@ class _Group:
         out["reader_cpu_mean"] = sum(cpu) / len(cpu) if cpu else None
         if case.mode in ("hot", "idle"):
             out.update(_lat_stats([x for r in res for x in r["lat"]]))
+            rflt = [x for r in res for x in r["faults"]]
+            out["reader_faults_mean"] = sum(rflt) / len(rflt) if rflt else None
             if enq:
                 out["enqueue_p50_us"] = _lat_stats(enq)["p50_us"]
                 out["enqueue_faults_mean"] = sum(flt) / len(flt)
@@ -295,7 +300,7 @@ def _memcpy_batch(case: Case, payload) -> dict:
 
 
 _BASELINES = {"pickle": _pickle_batch, "memcpy": _memcpy_batch}
-_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "enqueue_faults_mean", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "enqueue_faults_mean", "reader_faults_mean", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
 
 
 def run_bench(
