@@ -148,6 +148,7 @@ def random_catches(pool: Pool, *, N: int, NR: int, M: int, reader: str, writer: 
     """Does plain Hypothesis exploration catch a planted bug?  The ring machine with the ``reader``
     / ``writer`` variant at these constants, the budget of :func:`random_coverage`, under each
     Hypothesis seed (no example database): ``{seed: the ScheduleFailure's first line, or None}``."""
+    from hypothesis import Phase, settings
     from hypothesis import strategies as st
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -156,8 +157,6 @@ def random_catches(pool: Pool, *, N: int, NR: int, M: int, reader: str, writer: 
 
     m = ring_machine(pool, writer=writer, reader=reader, N=st.just(N), NR=st.just(NR),
                      sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M))
-    from hypothesis import Phase, settings
-
     caught = {}
     for seed in seeds:  # no shrinking: whether it is caught, not how short
         machine, sets = seeded(m, settings(budget(examples, steps), phases=[Phase.explicit, Phase.reuse, Phase.generate],
@@ -235,6 +234,8 @@ def main(argv=None) -> int:
                     help="where the unreached states go, grouped by action (default %(default)s)")
     args = ap.parse_args(argv)
     queue = args.model in gq.QUEUE_MODELS
+    if args.planted and queue:
+        ap.error(f"--planted drives ring-level models ({', '.join(sorted(RING_MODELS))}), not {args.model}")
     pool = gq.GuidedPool(0) if queue else Pool(0)
     try:
         if queue:
