@@ -19,11 +19,13 @@ buffer, against arena.py compiled without its 8 checks.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import statistics
 import sys
 import textwrap
 import time
+import types
 
 
 def stripped_module(mod, replace: dict | None = None):
@@ -43,8 +45,6 @@ def stripped_module(mod, replace: dict | None = None):
             return self.generic_visit(node)
 
     tree = ast.fix_missing_locations(Strip().visit(tree))
-    import types
-
     name = f"ringcast._{mod.__name__.rsplit('.', 1)[1]}_nohook"
     m = types.ModuleType(name)
     m.__package__, m.__file__ = "ringcast", mod.__file__
@@ -60,8 +60,6 @@ def stripped_module(mod, replace: dict | None = None):
 def stripped(name: str):
     """``ringcast.<name>`` (ring, waiting, endpoint, arena) without its hook checks: (namespace,
     checks removed); the stripped endpoint is built on the stripped ring and waiting classes."""
-    import importlib
-
     mod = importlib.import_module(f"ringcast.{name}")
     if name != "endpoint":
         return stripped_module(mod)
@@ -75,8 +73,8 @@ def _copy64(view) -> bytes:
     return bytes(view[:64])
 
 
-def _loop(WE, RE, ring, n: int, payload: bytes) -> float:
-    w, r = WE(ring), RE(ring, 0)
+def _loop(ns, ring, n: int, payload: bytes) -> float:
+    w, r = ns["WriterEndpoint"](ring), ns["ReaderEndpoint"](ring, 0)
     parts = (payload,)
     t0 = time.perf_counter_ns()
     for _ in range(n):
@@ -87,30 +85,33 @@ def _loop(WE, RE, ring, n: int, payload: bytes) -> float:
     return dt
 
 
-def _compare(name: str, loop, trials: int) -> dict:
-    """``trials`` alternating timings of ``loop(namespace)`` on the real classes of
-    ``ringcast.<name>`` (hook None) and on the stripped ones (:func:`stripped`), summarised."""
-    import importlib
-
+def _compare(name: str, segment, loop, trials: int) -> dict:
+    """``trials`` alternating timings of ``loop(namespace, segment)`` on the real classes of
+    ``ringcast.<name>`` (hook None) and on the stripped ones (:func:`stripped`): their medians,
+    difference, and the noise (the larger standard deviation between trials of the same code).
+    ``segment`` (a ring or an arena) is unlinked and closed afterwards."""
     import ringcast.steps as steps
 
-    if steps.get_step_hook() is not None:
-        raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
-    ns, removed = stripped(name)
-    real = vars(importlib.import_module(f"ringcast.{name}"))
-    hooked, plain = zip(*[(loop(real), loop(ns)) for _ in range(trials)])
-    return _summary(removed, list(hooked), list(plain))
+    try:
+        if steps.get_step_hook() is not None:
+            raise RuntimeError("a step hook is installed; the benchmark measures production (hook None)")
+        ns, removed = stripped(name)
+        real = vars(importlib.import_module(f"ringcast.{name}"))
+        hooked, plain = map(list, zip(*[(loop(real, segment), loop(ns, segment)) for _ in range(trials)]))
+    finally:
+        segment.unlink()
+        segment.close()
+    mh, mp = statistics.median(hooked), statistics.median(plain)
+    noise = max(statistics.pstdev(hooked), statistics.pstdev(plain))
+    return {"checks_removed": removed, "ns_per_message_hook_none": mh, "ns_per_message_no_checks": mp,
+            "difference_ns": mh - mp, "difference_pct": 100.0 * (mh - mp) / mp, "noise_ns": noise,
+            "within_noise": abs(mh - mp) <= 2 * noise, "trials_hook_none": hooked, "trials_no_checks": plain}
 
 
 def measure(iterations: int = 200_000, trials: int = 9) -> dict:
     import ringcast.ring as ring
 
-    rb = ring.ShmRingBuffer(1, 256, 4)
-    try:
-        return _compare("endpoint", lambda n: _loop(n["WriterEndpoint"], n["ReaderEndpoint"], rb, iterations, b"x" * 64), trials)
-    finally:
-        rb.close()
-        rb.unlink()
+    return _compare("endpoint", ring.ShmRingBuffer(1, 256, 4), lambda n, rb: _loop(n, rb, iterations, b"x" * 64), trials)
 
 
 def _arena_loop(ns, arena, n: int, buf: bytes) -> float:
@@ -129,28 +130,8 @@ def measure_arena(iterations: int = 50_000, trials: int = 9) -> dict:
     against arena.py without its hook checks."""
     import ringcast.arena as arena
 
-    a = arena.TensorArena.create(1, 4096, 1)
-    try:
-        return _compare("arena", lambda n: _arena_loop(n, a, iterations, b"x" * 4096), trials)
-    finally:
-        a.unlink()
-        a.close()
-
-
-def _summary(removed: int, hooked: list, plain: list) -> dict:
-    mh, mp = statistics.median(hooked), statistics.median(plain)
-    noise = max(statistics.pstdev(hooked), statistics.pstdev(plain))
-    return {
-        "checks_removed": removed,
-        "ns_per_message_hook_none": mh,
-        "ns_per_message_no_checks": mp,
-        "difference_ns": mh - mp,
-        "difference_pct": 100.0 * (mh - mp) / mp,
-        "noise_ns": noise,
-        "within_noise": abs(mh - mp) <= 2 * noise,
-        "trials_hook_none": hooked,
-        "trials_no_checks": plain,
-    }
+    return _compare("arena", arena.TensorArena.create(1, 4096, 1), lambda n, a: _arena_loop(n, a, iterations, b"x" * 4096),
+                    trials)
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -37,8 +37,6 @@ RANDOM_SEARCH = os.environ.get("RINGCAST_HYPOTHESIS_SHRINK") == "1" or STRESS
 
 def search(max_examples: int, steps: int) -> settings:
     """Settings for a search that must find a planted bug."""
-    from hypothesis import HealthCheck, Phase
-
     return settings(settings.default, max_examples=max_examples, stateful_step_count=steps, report_multiple_bugs=False,
                     database=None, suppress_health_check=list(HealthCheck), derandomize=not RANDOM_SEARCH,
                     phases=list(Phase) if RANDOM_SEARCH else [Phase.explicit, Phase.reuse, Phase.generate])

@@ -209,8 +209,7 @@ class QueueRun(RunBase):
         # require that whoever is left is waiting (spinning or asleep) on a chunk that is really
         # not ready.
         for _ in range(8 * (self.M + 2) * (len(self.procs) + 1)):
-            todo = self.runnable()
-            if not todo:
+            if not (todo := self.runnable()):
                 break
             for pr in todo:
                 if pr.pending is not None and not pr.sleeping:

@@ -38,9 +38,7 @@ class ScheduleFailure(AssertionError):
     """A check failed; ``schedule`` is the list of steps up to and including the failing one."""
 
     def __init__(self, kind: str, detail: str, schedule: list[str], run=None) -> None:
-        self.kind = kind
-        self.detail = detail
-        self.schedule = list(schedule)
+        self.kind, self.detail, self.schedule = kind, detail, list(schedule)
         #: what minimize() needs to replay the run: its parameters and the process of each step
         self.params = getattr(run, "params", None)
         self.pids = list(getattr(run, "pids", []))
@@ -116,24 +114,22 @@ class RunBase:
         reported at once.  ``max_steps`` is a backstop."""
         if max_steps is None:
             max_steps = 60 * (self.model.M + 2) * (self.model.NR + 1) * (self.model.N + 1)
-        n = 0
-        seen = set()
+        n, seen = 0, set()
         self.drain_at = len(getattr(self, "pids", ()))
-        while True:
-            todo = self.runnable()
-            if not todo:
-                break
-            sig = self.signature()
-            if sig in seen:
-                self.fail("Liveness", "the run cycles through the same global state under fair scheduling "
-                           "(deadlock/livelock): " + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in todo))
+        while todo := self.runnable():
+            if (sig := self.signature()) in seen:
+                self.fail("Liveness", f"the run cycles through the same global state under fair scheduling "
+                          f"(deadlock/livelock): {_where(todo)}")
             seen.add(sig)
             for pr in todo:
                 self.step(pr)
                 n += 1
             if n > max_steps:
-                self.fail("Liveness", f"not all processes finished within {max_steps} fair steps: "
-                           + ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in self.runnable()))
+                self.fail("Liveness", f"not all processes finished within {max_steps} fair steps: {_where(self.runnable())}")
+
+
+def _where(procs: list[Proc]) -> str:
+    return ", ".join(f"{pr.name} at {pr.pending[0]}@{pr.pending[1]}" for pr in procs)
 
 
 class RingRun(RunBase):
@@ -203,8 +199,5 @@ class RingRun(RunBase):
 
 def trace_of(run: RingRun) -> dict:
     """A recorded run in the form tracecheck.validate() takes."""
-    return {
-        "N": run.N, "NR": run.NR, "M": run.M,
-        "writer": run.writer_variant, "reader": run.reader_variant,
-        "steps": list(run.trace or []),
-    }
+    return {"N": run.N, "NR": run.NR, "M": run.M, "writer": run.writer_variant, "reader": run.reader_variant,
+            "steps": list(run.trace or [])}

@@ -63,16 +63,16 @@ def record_queue_run(*, seed: int = 0, N: int = 2, NR: int = 2, objs: tuple = OB
             from ringcast.channel import remove_local
 
             remove_local(addr[len("ipc://"):])
+    # process p's events: those reported at its steps, then those after its last
+    events = [[e for rec in records if rec[1] == p for e in rec[5]] + list(done[p]) for p in range(NR + 1)]
     for r in range(NR):
-        events = [e for rec in records if rec[1] == r for e in rec[5]] + list(done[r])
-        got = [e[1] for e in events if e[0] == "delivered"]
+        got = [e[1] for e in events[r] if e[0] == "delivered"]
         if got != list(objs):
             raise RecordError(f"{label}: reader {r} delivered {[g[:16] for g in got]}, the writer sent "
                               f"{[o[:16] for o in objs]}")
     # the queue looks 64 times without yielding where every process has a CPU (roles.wait_policy):
     # then a wait looks LOOKS + 64 times before it parks, and the checker must count so
-    tight = {e[1] for rec in records for e in rec[5] if e[0] == "tight_looks"}
-    tight |= {e[1] for ev in done.values() for e in ev if e[0] == "tight_looks"}
+    tight = {e[1] for ev in events for e in ev if e[0] == "tight_looks"}
     if len(tight) != 1:
         raise RecordError(f"{label}: the processes looked {sorted(tight)} times without yielding; expected one value")
     tr = queue_trace(N, NR, len(objs), [(a, p) for (_seq, p, a, *_rest) in records], label)
