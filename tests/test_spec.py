@@ -39,9 +39,11 @@ def run_tlc_py(*args, timeout=60):
 
 # --------------------------------------------------------------- (a) TLC --
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1560)
 def test_all_models_match_manifest(tlc):
-    r = run_tlc_py(timeout=870)
+    # ~600 s on 2 idle cores (2 models at a time, about 1,150 s of TLC CPU); the suite's other
+    # worker shares the cores, so give it room: a model that hangs still fails at its own timeout
+    r = run_tlc_py(timeout=1500)
     assert r.returncode == 0, f"tools/tlc.py failed:\n{r.stdout}\n{r.stderr}"
     n = len(json.loads((SPEC / "models.json").read_text())["models"])
     assert f"{n}/{n} models as expected" in r.stdout, r.stdout

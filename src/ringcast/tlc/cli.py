@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
                 print("\n".join("  | " + l for l in res["lines"][-25:]))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
-        list(ex.map(one, models))
+        # the largest first (by the manifest's count), so that no long model starts last
+        list(ex.map(one, sorted(models, key=lambda m: -m.get("distinct", 0))))
 
     total = time.monotonic() - start
     if args.record and args.invariants is None:
