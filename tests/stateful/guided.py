@@ -121,21 +121,29 @@ def replay_trace(cov: Coverage, trace: dict) -> None:
         k = cov.step(k, m, p, action)
 
 
+def _ring_machine_at(pool: Pool, N: int, NR: int, M: int, **kw):
+    """test_ring_protocol's ring machine (machine.ring_machine) at one model's N, NR and M
+    (bodies of 0-8 bytes); ``kw``: its writer / reader variant, ``record``."""
+    from hypothesis import strategies as st
+
+    from .machine import ring_machine
+
+    return ring_machine(pool, N=st.just(N), NR=st.just(NR), sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M), **kw)
+
+
 def random_coverage(pool: Pool, cov: Coverage, *, N: int, NR: int, M: int, examples: int = 50, steps: int = 60,
                     seed: int | None = None) -> float:
     """Plain Hypothesis exploration (the ring machine at these constants, the profile's budget
     capped like test_ring_protocol's): every completed run projected into ``cov`` (``seed``:
     Hypothesis's seed instead of the profile's derandomized one, and no example database,
     guided_base.seeded).  Returns the seconds it took."""
-    from hypothesis import strategies as st
     from hypothesis.stateful import run_state_machine_as_test
 
-    from .machine import budget, ring_machine
+    from .machine import budget
 
     t0 = time.monotonic()
     traces: list = []
-    m = ring_machine(pool, N=st.just(N), NR=st.just(NR), sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M),
-                     record=traces)
+    m = _ring_machine_at(pool, N, NR, M, record=traces)
     machine, sets = seeded(m, budget(examples, steps), seed)
     run_state_machine_as_test(machine, settings=sets)
     for tr in traces:
@@ -149,14 +157,12 @@ def random_catches(pool: Pool, *, N: int, NR: int, M: int, reader: str, writer: 
     / ``writer`` variant at these constants, the budget of :func:`random_coverage`, under each
     Hypothesis seed (no example database): ``{seed: the ScheduleFailure's first line, or None}``."""
     from hypothesis import Phase, settings
-    from hypothesis import strategies as st
     from hypothesis.stateful import run_state_machine_as_test
 
-    from .machine import budget, ring_machine
+    from .machine import budget
     from .ring_run import ScheduleFailure
 
-    m = ring_machine(pool, writer=writer, reader=reader, N=st.just(N), NR=st.just(NR),
-                     sizes=st.lists(st.integers(0, 8), min_size=M, max_size=M))
+    m = _ring_machine_at(pool, N, NR, M, writer=writer, reader=reader)
     caught = {}
     for seed in seeds:  # no shrinking: whether it is caught, not how short
         machine, sets = seeded(m, settings(budget(examples, steps), phases=[Phase.explicit, Phase.reuse, Phase.generate],

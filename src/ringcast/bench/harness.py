@@ -302,7 +302,7 @@ def summarize(raw: dict) -> dict:
     over the floor (or floor-arena), of those medians."""
     out: dict = {}
     for case, per in raw.items():
-        s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS if k in rs[0]} for impl, rs in per.items()}
+        s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
         rc = s.get("ringcast") or s.get("arena")
         fl = s.get("floor") or s.get("floor-arena")
         ratios = {}
@@ -324,7 +324,7 @@ def table(result: dict) -> str:
             rat = st["ratios"] if k == 0 else {}
             r1 = f"{rat['rc/vllm']:.2f}" if "rc/vllm" in rat else ""
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
-            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v.get('reader_faults_mean', float('nan')):.1f} | {r1} | {r2} |")
+            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v['reader_faults_mean']:.1f} | {r1} | {r2} |")
     return "\n".join(lines)
 
 
