@@ -1,10 +1,10 @@
 """Two jobs that pyproject.toml cannot express:
 
-1. Build the optional C helpers: ``ringcast._atomics`` (fences, futex) and ``ringcast._litmus``
-   (the litmus tests of ``ringcast stress``), both on the primitives of
-   ``src/ringcast/ringcast_fences.h``. If a compiler is missing, ``optional=True`` lets the install
-   go on; ringcast then falls back to ctypes where that is safe (see atomics.py), and the stress
-   suite's ``fences`` scenario says it cannot run.
+1. Build the C code, all of it on the primitives of ``src/ringcast/ringcast_fences.h``:
+   ``ringcast._protocol`` (the ring's and the eventcount's atomic steps, one C function per spec
+   action) and ``ringcast._atomics`` (the fences the Python endpoints call, the futex) are
+   required: an install without a C compiler fails and says so. ``ringcast._litmus`` (the litmus
+   tests of ``ringcast stress``) is optional: without it the ``fences`` scenario says it cannot run.
 2. Ship the repository's top-level ``spec/``, ``stress/`` and ``tools/`` folders inside the
    package as ``ringcast._bundled.{spec,stress,tools}`` (``package_dir`` maps them; nothing is
    copied in the source tree), so an installed wheel runs ``ringcast stress``, ``ringcast spec``
@@ -33,14 +33,18 @@ def bundled_packages() -> dict[str, str]:
 
 
 BUNDLED = bundled_packages()
-FENCES_H = "src/ringcast/ringcast_fences.h"  # the one copy of every fence, included by both extensions
+FENCES_H = "src/ringcast/ringcast_fences.h"  # the one copy of every fence, included by every extension
+#: the files _protocol.c includes (one translation unit)
+PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("cursor", "ring", "wait")]
 
 setup(
     packages=find_packages("src") + list(BUNDLED),
     package_dir={"": "src", **BUNDLED},
     package_data={"ringcast": ["py.typed"], **{name: DATA for name in BUNDLED}},
     ext_modules=[
-        Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], depends=[FENCES_H], optional=True),
+        # the ring's and the eventcount's steps: no fallback, the protocol is this code
+        Extension("ringcast._protocol", ["src/ringcast/_protocol.c"], depends=[FENCES_H, *PROTOCOL_PARTS]),
+        Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], depends=[FENCES_H]),
         Extension("ringcast._litmus", ["src/ringcast/_litmus.c"], depends=[FENCES_H], optional=True),
     ],
 )

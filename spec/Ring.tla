@@ -6,10 +6,11 @@
 (* and one "read" byte per reader.  One writer process, readers 0..NR-1.   *)
 (* Every action below is ONE non-atomic step of the implementation and is  *)
 (* tagged with the function it models:                                     *)
-(*     \* file.py::Class._method                                           *)
-(* (tests/test_spec.py checks that those functions exist).  Actions that   *)
-(* model the hardware or the environment (store-buffer drains, the end of  *)
-(* a finite run) carry no such tag.                                        *)
+(*     \* file.py::Class._method   or   \* _protocol.c::Type._method       *)
+(* (the ring's and the eventcount's steps are C functions, methods of the  *)
+(* extension's types; tests/test_spec.py checks that they exist).  Actions *)
+(* that model the hardware or the environment (store-buffer drains, the    *)
+(* end of a finite run) carry no such tag.                                 *)
 (*                                                                         *)
 (* The same module covers four layers, switched by CONSTANTS (see the      *)
 (* MC*.tla / *.cfg files and spec/README.md):                              *)
@@ -312,7 +313,7 @@ WNextStep ==
          /\ pc' = [pc EXCEPT ![Wr] = IF Parking THEN "notify_load"
                                      ELSE IF msg + 1 > M THEN "done" ELSE WTop]
 
-\* ring.py::RingWriter._writer_claim
+\* _protocol.c::_WriterSteps._writer_claim
 WriterClaim ==
     /\ pc[Wr] = "claim"
     /\ msg <= M
@@ -330,7 +331,7 @@ WriterClaim ==
             /\ UNCHANGED <<wk, wr, rechk>>
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc>>
 
-\* ring.py::RingWriter._writer_clear_written
+\* _protocol.c::_WriterSteps._writer_clear_written
 WriterClearWritten ==
     /\ pc[Wr] = "clear_written"
     /\ WFenceOK
@@ -338,7 +339,7 @@ WriterClearWritten ==
     /\ WNextStep
     /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* ring.py::RingWriter._writer_write_payload
+\* _protocol.c::_WriterSteps._writer_write_payload
 WriterWritePayload ==
     \/ /\ pc[Wr] = "payload"
        /\ WFenceOK
@@ -356,7 +357,7 @@ WriterWritePayload ==
        /\ WNextStep
        /\ UNCHANGED <<wr, i, seen, mk, ncopied, recv, fifo, evars>>
 
-\* ring.py::RingWriter._writer_clear_read_flag
+\* _protocol.c::_WriterSteps._writer_clear_read_flag
 WriterClearReadFlag ==
     /\ pc[Wr] = "clear_flags"
     /\ WFenceOK
@@ -380,7 +381,7 @@ WriterClearReadFlag ==
 \* are evicted (FalseSuspect is SC only), so no reader loads the eviction (the
 \* reader table's word: evicted is the writer's own knowledge, live_readers)
 \* and the flags set are loaded by the writer alone.
-\* ring.py::RingWriter._writer_evict
+\* _protocol.c::_WriterSteps._writer_evict
 WriterEvict ==
     /\ Evict
     /\ msg <= M /\ ~Claimable
@@ -414,7 +415,7 @@ WriterSendOverflow ==
     /\ WNextStep
     /\ UNCHANGED <<mem, sb, wr, rvars, hvars, evars>>
 
-\* ring.py::RingWriter._writer_publish
+\* _protocol.c::_WriterSteps._writer_publish
 WriterPublish ==
     /\ pc[Wr] = "publish"
     /\ WFenceOK
@@ -462,7 +463,7 @@ WriterAbort ==
 -----------------------------------------------------------------------------
 (********************************* readers *********************************)
 
-\* ring.py::RingReader._reader_load_written
+\* _protocol.c::_ReaderSteps._reader_load_written
 ReaderLoadWritten(r) ==
     /\ pc[r] = "load_w"
     /\ seen' = [seen EXCEPT ![r] = Load(r, WAddr(i[r]))]
@@ -470,7 +471,7 @@ ReaderLoadWritten(r) ==
     /\ pc'   = [pc EXCEPT ![r] = "load_r"]
     /\ UNCHANGED <<mem, sb, wvars, i, mk, ncopied, hvars, fifo, evars>>
 
-\* ring.py::RingReader._reader_load_read_flag
+\* _protocol.c::_ReaderSteps._reader_load_read_flag
 ReaderLoadReadFlag(r) ==
     /\ pc[r] = "load_r"
     /\ LET f == Load(r, RAddr(i[r], r)) IN
@@ -507,7 +508,7 @@ Deliver(r, v) ==
 AfterAck(r) == IF Parking THEN "notify_load" ELSE AfterNotify(r)
 
 \* With EvictCheck the copy is kept (cp) until ReaderCheckEvicted.
-\* ring.py::RingReader._reader_copy
+\* _protocol.c::_ReaderSteps._reader_copy
 ReaderCopy(r) ==
     /\ pc[r] \in {"copy", "copy_late"}
     /\ \E v \in (IF WinOn THEN win[r] ELSE {}) \cup {data[i[r]]} :
@@ -523,7 +524,7 @@ ReaderCopy(r) ==
 \* EvictCheck (the code): after the copy and before it is returned, the
 \* reader loads its state word in the reader table; if the writer evicted
 \* it, the copy is dropped and EvictedError raised (the reader reads no
-\* more).  ring.py::RingReader._reader_check_evicted, called by
+\* more).  _protocol_ring.c::reader_check_evicted, called by
 \* ReaderEndpoint.receive after copy_out and before the ack.  SC only (as
 \* every model with a live reader judged dead): on TSO the loads are in
 \* order; on relaxed memory it needs a fence between the copy and the load.
@@ -545,7 +546,7 @@ ReaderQuit(r) ==
     /\ pc' = [pc EXCEPT ![r] = "gone"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, avars>>
 
-\* ring.py::RingReader._reader_ack
+\* _protocol.c::_ReaderSteps._reader_ack
 ReaderAck(r) ==
     \/ /\ pc[r] = "ack"
        /\ F5 => BufEmpty(r)
@@ -587,7 +588,7 @@ OnIdleDue(p) ==
     THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ Load(Wr, RAddr(w, r)) = 0
     ELSE p \in evicted
 
-\* waiting.py::EventCount._park_snapshot
+\* _protocol.c::EventCount._park_snapshot
 ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
     /\ ~OnIdleDue(p)
@@ -595,7 +596,7 @@ ParkSnapshot(p) ==
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
 
-\* waiting.py::EventCount._park_announce
+\* _protocol.c::EventCount._park_announce
 ParkAnnounce(p) ==
     /\ pc[p] = "park_announce"
     /\ BufEmpty(p)          \* atomic RMW: release, own earlier stores first
@@ -619,7 +620,7 @@ ParkRecheck(p) ==
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc>>
 
-\* waiting.py::EventCount._park_sleep
+\* _protocol.c::EventCount._park_sleep
 ParkSleep(p) ==
     /\ pc[p] = "park_sleep"
     /\ moved[p]             \* futex_wait blocks while seq = snapshot
@@ -645,7 +646,7 @@ ParkTimeout(p) ==
 \* copy (ReaderLoadReadFlag's "copy": the loads and F4 are behind it), the
 \* writer to the chunk it claimed (WriterClaim's success).  After a sleep,
 \* a timeout (or a cancelled wait) it looks again (LoopTop).
-\* waiting.py::EventCount._park_retire
+\* _protocol.c::EventCount._park_retire
 ParkRetire(p) ==
     /\ pc[p] = "park_retire"
     /\ ~annc[p]
@@ -659,7 +660,7 @@ ParkRetire(p) ==
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc>>
 
-\* waiting.py::EventCount._notify_load_waiters
+\* _protocol.c::EventCount._notify_load_waiters
 NotifyLoadWaiters(p) ==
     /\ pc[p] = "notify_load"
     /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
@@ -667,7 +668,7 @@ NotifyLoadWaiters(p) ==
                                 ELSE AfterNotify(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
-\* waiting.py::EventCount._notify_wake
+\* _protocol.c::EventCount._notify_wake
 NotifyWake(p) ==
     /\ pc[p] = "notify_wake"
     \* seq += 1 on the other side's word; futex wake all.  (moved is

@@ -1,23 +1,25 @@
-"""Every fence point the spec names is a full barrier in the AArch64 code of ringcast._atomics.
+"""Every fence point the spec names is a full barrier in the AArch64 code of ringcast's C steps.
 
 The relaxed-memory models of spec/ (the ``relaxed_*`` and ``park_relaxed*`` models) assume that
 each fence the code has is a full fence.  On x86 every candidate instruction is one; on Arm only
-``dmb ish`` (or a stronger barrier) is.  This test cross-compiles src/ringcast/_atomics.c with
-``aarch64-linux-gnu-gcc -O2 -S`` (Debian: ``apt-get install -y gcc-aarch64-linux-gnu``; .ci/run
-installs it) in each code generation an Arm build may use (outline atomics, LL/SC, LSE) and
-checks, from the assembly:
+``dmb ish`` (or a stronger barrier) is.  This test cross-compiles src/ringcast/_protocol.c (the
+ring's and the eventcount's steps) and src/ringcast/_atomics.c (the fence the Python endpoints
+call) with ``aarch64-linux-gnu-gcc -O2 -S`` (Debian: ``apt-get install -y gcc-aarch64-linux-gnu``;
+.ci/run installs it) in each code generation an Arm build may use (outline atomics, LL/SC, LSE)
+and checks, from the assembly of the function each fence point is in:
 
-* F1, F3, F4, F5, F7 (``fence()`` calls in the ring): ``fence`` emits ``dmb ish``;
-* F6N (NotifyLoadWaiters): ``fence_load_u32`` emits ``dmb ish`` before its load (``ldar``);
-* F6W (ParkAnnounce): ``fetch_add_u32`` emits ``dmb ish`` after its read-modify-write, before
-  it returns.  A seq_cst RMW alone (``ldaxr``/``stlxr``, ``ldaddal``) lets a later plain load
-  pass it, which loses a wake-up (spec: ``park_relaxed_code_no_f6w`` deadlocks).
+* F1, F3, F5 (``rc_fence()`` in the C steps ``writer_claim``, ``writer_publish``,
+  ``reader_ack``) and F4, F7 (``fence()`` calls of the endpoint): a ``dmb ish``;
+* F6N (NotifyLoadWaiters, ``ec_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
+* F6W (ParkAnnounce, ``ec_park_announce``): a ``dmb ish`` after its read-modify-write, before it
+  returns.  A seq_cst RMW alone (``ldaxr``/``stlxr``, ``ldaddal``) lets a later plain load pass
+  it, which loses a wake-up (spec: ``park_relaxed_code_no_f6w`` deadlocks).
 
-Which C function each fence point uses is read from the Python code (the ``fence()  # Fk``
-comments and the methods ``_park_announce`` / ``_notify_load_waiters``), so the test follows the
-code if it moves.  A build without the F6W fence (or the F6N fence: the test-only switches
-``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/ringcast_fences.h) must fail the check
-(the check is not vacuous).
+Where each fence point is, is read from the code (the ``/* Fk */`` comments of _protocol.c's
+calls of ringcast_fences.h, the ``fence()  # Fk`` comments of the Python code), so the test
+follows the code if it moves.  A build without the F6W fence (or the F6N fence: the test-only
+switches ``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/ringcast_fences.h) must fail the
+check (the check is not vacuous).
 
 The fences themselves live in ringcast_fences.h, shared with the litmus tests of ``ringcast
 stress`` (src/ringcast/_litmus.c): the litmus code is cross-built too (the Python module and the
@@ -26,7 +28,6 @@ build of the litmus tests cannot rot.  Skipped where the cross compiler is not i
 """
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
@@ -38,9 +39,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "ringcast"
 C_FILE = SRC / "_atomics.c"
+PROTOCOL_FILE = SRC / "_protocol.c"
 LITMUS_FILE = SRC / "_litmus.c"
 CC = "aarch64-linux-gnu-gcc"
-ATOMICS = {"fence", "fence_load_u32", "fetch_add_u32", "load_u32"}
+ATOMICS = {"fence"}  # what the Python code calls at a fence point (ringcast.atomics)
 # code generations: GCC's default (outline atomics: a call to __aarch64_ldadd4_acq_rel), LL/SC
 # inline (ldaxr/stlxr, ARMv8.0), LSE inline (ldaddal, ARMv8.1+)
 VARIANTS = {"outline": [], "llsc": ["-mno-outline-atomics"], "lse": ["-march=armv8.1-a"]}
@@ -58,30 +60,41 @@ RETURN = re.compile(r"^\s*(ret\b|b\s+PyLong_From\w+)")
 
 # ------------------------------------------------------------ fence points --
 
-def fence_points() -> dict[str, str]:
-    """{fence name: the _atomics function that implements it}, read from src/ringcast."""
-    points: dict[str, str] = {}
+#: the primitive each fence point's C code calls -> the kind of barrier it must compile to
+C_PRIMITIVES = {"rc_fence": "fence", "rc_fence_load_u32": "fence_load_u32", "rc_fetch_add_u32": "fetch_add_u32"}
+
+
+def c_fence_points(source: Path) -> dict[str, tuple[str, str]]:
+    """{fence name: (function, kind)} of a C file: each ``rc_...(...); /* Fk ...`` call and the
+    function it sits in (a definition starts at column 0: ``name(``)."""
+    points: dict[str, tuple[str, str]] = {}
+    fn = None
+    call = re.compile(r"\b(" + "|".join(C_PRIMITIVES) + r")\(.*;\s*/\*\s*(F\d[NW]?)\b")
+    for line in "\n".join(p.read_text() for p in sorted(source.parent.glob(source.stem + "*.c"))).splitlines():
+        if m := re.match(r"^(\w+)\(", line):
+            fn = m.group(1)
+        if (m := call.search(line)) and fn is not None:
+            points[m.group(2)] = (fn, C_PRIMITIVES[m.group(1)])
+    return points
+
+
+def fence_points() -> dict[str, tuple[Path, str, str]]:
+    """{fence name: (C file, function, kind)}: the fences of the C steps (_protocol.c's comments)
+    and those the Python endpoints call (``fence()  # Fk``: _atomics.c's ``fence``)."""
+    points = {k: (PROTOCOL_FILE, fn, kind) for k, (fn, kind) in c_fence_points(PROTOCOL_FILE).items()}
     call_comment = re.compile(r"\b(" + "|".join(sorted(ATOMICS)) + r")\([^)]*\)\s*#\s*(F\d)\b")
     for py in sorted(SRC.rglob("*.py")):
-        text = py.read_text()
-        for m in call_comment.finditer(text):
-            points.setdefault(m.group(2), m.group(1))
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef) and node.name in ("_park_announce", "_notify_load_waiters"):
-                calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call)
-                         and isinstance(c.func, ast.Name) and c.func.id in ATOMICS}
-                calls |= {c.func.attr for c in ast.walk(node) if isinstance(c, ast.Call)
-                          and isinstance(c.func, ast.Attribute) and c.func.attr in ATOMICS}
-                name = "F6W" if node.name == "_park_announce" else "F6N"
-                assert len(calls) == 1, f"{py.name}::{node.name} calls {sorted(calls)}: expected one atomic"
-                points[name] = calls.pop()
+        for m in call_comment.finditer(py.read_text()):
+            points.setdefault(m.group(2), (C_FILE, m.group(1), m.group(1)))  # (arena.py's fences reuse F1, F5)
     return points
 
 
 def test_fence_points_are_found_in_the_code():
     points = fence_points()
-    assert {"F3", "F4", "F5", "F6N", "F6W", "F7"} <= points.keys(), points
-    assert points["F6W"] == "fetch_add_u32" and points["F6N"] == "fence_load_u32", points
+    assert set(points) == {"F1", "F3", "F4", "F5", "F6N", "F6W", "F7"}, points
+    assert points["F6W"][1:] == ("ec_park_announce", "fetch_add_u32"), points
+    assert points["F6N"][1:] == ("ec_notify_load_waiters", "fence_load_u32"), points
+    assert points["F1"][1] == "writer_claim" and points["F3"][1] == "writer_publish" and points["F5"][1] == "reader_ack", points
 
 
 # --------------------------------------------------------------- assembly --
@@ -128,16 +141,17 @@ def functions(asm: str) -> dict[str, list[str]]:
     return out
 
 
-def barrier_problems(fn: str, body: list[str], point: str) -> list[str]:
-    """Why ``fn``'s code is not a full barrier where ``point`` needs it (empty: it is)."""
+def barrier_problems(fn: str, body: list[str], point: str, kind: str) -> list[str]:
+    """Why ``fn``'s code is not a full barrier of ``kind`` (a primitive of ringcast_fences.h)
+    where ``point`` needs it (empty: it is)."""
     dmbs = [k for k, l in enumerate(body) if DMB.match(l)]
     if not dmbs:
         return [f"{point}: {fn} has no dmb ish"]
-    if fn == "fence_load_u32":
+    if kind == "fence_load_u32":
         loads = [k for k, l in enumerate(body) if LOAD.match(l) and "ldar" in l]
         if not loads or not any(d < loads[0] for d in dmbs):
             return [f"{point}: {fn} has no dmb ish before its ldar"]
-    if fn == "fetch_add_u32":
+    if kind == "fetch_add_u32":
         rmws = [k for k, l in enumerate(body) if RMW.match(l)]
         if not rmws:
             return [f"{point}: {fn} has no atomic read-modify-write"]
@@ -149,25 +163,30 @@ def barrier_problems(fn: str, body: list[str], point: str) -> list[str]:
     return []
 
 
-def check(asm: str, points: dict[str, str], symbols: dict[str, str] | None = None) -> list[str]:
-    """Problems of each fence point's function ({point: _atomics function}); ``symbols`` maps a
-    function to the symbol that holds its code where that is not its own name (the litmus probes)."""
-    fns = functions(asm)
+def check(fns: dict[str, list[str]], points: dict[str, tuple[str, str]]) -> list[str]:
+    """Problems of each fence point ({point: (symbol, kind)}) in the functions of an assembly."""
     problems = []
-    for point, fn in sorted(points.items()):
-        sym = (symbols or {}).get(fn, fn)
+    for point, (sym, kind) in sorted(points.items()):
         if sym not in fns:
             problems.append(f"{point}: no function {sym} in the assembly")
             continue
-        problems += barrier_problems(fn, fns[sym], point)
+        problems += barrier_problems(sym, fns[sym], point, kind)
     return problems
+
+
+def check_shipped(flags: list[str], tmp: Path) -> list[str]:
+    """Every fence point of the shipped C code (both extensions), built with ``flags``."""
+    points = fence_points()
+    fns: dict[str, list[str]] = {}
+    for source in sorted({f for f, _, _ in points.values()}):
+        fns.update(functions(compile_s(source, flags, tmp)))
+    return check(fns, {k: (fn, kind) for k, (_, fn, kind) in points.items()})
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_fence_point_is_a_full_barrier(variant, tmp_path):
-    asm = compile_s(C_FILE, VARIANTS[variant], tmp_path)
-    problems = check(asm, fence_points())
+    problems = check_shipped(VARIANTS[variant], tmp_path)
     assert not problems, f"aarch64 ({variant}):\n  " + "\n  ".join(problems)
 
 
@@ -175,10 +194,9 @@ def test_every_fence_point_is_a_full_barrier(variant, tmp_path):
 @pytest.mark.parametrize("point", ["F6W", "F6N"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_a_dropped_fence_fails_the_check(variant, point, tmp_path):
-    """The check catches the bug it is for: _atomics.c built with the fence of F6W (a bare seq_cst
+    """The check catches the bug it is for: the C code built with the fence of F6W (a bare seq_cst
     RMW) or of F6N compiled out, and nothing else."""
-    asm = compile_s(C_FILE, [*VARIANTS[variant], f"-DRINGCAST_TEST_DROP_{point}"], tmp_path)
-    problems = check(asm, fence_points())
+    problems = check_shipped([*VARIANTS[variant], f"-DRINGCAST_TEST_DROP_{point}"], tmp_path)
     assert any(p.startswith(f"{point}:") for p in problems), problems
     assert not [p for p in problems if not p.startswith(f"{point}:")], problems
 
@@ -186,12 +204,11 @@ def test_a_dropped_fence_fails_the_check(variant, point, tmp_path):
 # ----------------------------------------------------------- litmus tests --
 
 # the litmus module's probes of the three primitives of ringcast_fences.h
-PROBE_POINTS = {"F3": "fence", "F6N": "fence_load_u32", "F6W": "fetch_add_u32"}
-PROBES = {"fence": "probe_fence", "fence_load_u32": "probe_f6n", "fetch_add_u32": "probe_f6w"}
+PROBE_POINTS = {"F3": ("probe_fence", "fence"), "F6N": ("probe_f6n", "fence_load_u32"), "F6W": ("probe_f6w", "fetch_add_u32")}
 
 
 def litmus_problems(asm: str) -> list[str]:
-    return check(asm, PROBE_POINTS, PROBES)
+    return check(functions(asm), PROBE_POINTS)
 
 
 @pytest.mark.timeout(300)
@@ -206,10 +223,10 @@ def test_litmus_code_builds_for_aarch64_on_the_same_fences(variant, front, tmp_p
 
 
 def test_no_second_copy_of_a_fence():
-    """Only ringcast_fences.h spells a fence or an atomic RMW; the two extensions include it."""
+    """Only ringcast_fences.h spells a fence or an atomic RMW; the three extensions include it."""
     spelled = re.compile(r"__atomic_thread_fence|__sync_\w+|__atomic_fetch_\w+|__atomic_exchange\w*|__atomic_compare\w*|\b(?:__)?asm(?:__)?\b")
-    for c in (C_FILE, LITMUS_FILE):
-        assert '#include "ringcast_fences.h"' in c.read_text(), c.name
+    for c in (PROTOCOL_FILE, C_FILE, LITMUS_FILE, *sorted(SRC.glob("_protocol_*.c"))):  # the last: parts of _protocol.c
+        assert '#include "ringcast_fences.h"' in c.read_text() or c.name.startswith("_protocol_"), c.name
         text = re.sub(r"/\*.*?\*/", "", c.read_text(), flags=re.S)  # comments may name them
         text = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)  # and strings (the instruction decoder's names)
         assert not spelled.findall(text), f"{c.name} spells a fence itself: {spelled.findall(text)}"

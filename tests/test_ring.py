@@ -250,3 +250,71 @@ def test_reader_exit_does_not_unlink_the_segment(ring):
     assert shm.can_attach(ring.name)
     again = ShmRingBuffer(*ring.handle())
     again.close()
+
+
+# -- the C steps (ringcast._protocol): bad use is an exception, never a crash --------------------
+
+def test_a_payload_larger_than_the_chunk_is_refused_before_any_store(ring):
+    w = RingWriter(ring)
+    with pytest.raises(ValueError, match=r"2 parts are 65 bytes, more than the chunk's max_chunk_bytes=64"):
+        w._writer_write_payload((b"a" * 60, b"b" * 5))
+    with memoryview(ring.buf) as mv:
+        off = ring.layout.data(0)
+        assert bytes(mv[off : off + 64]) == bytes(64)
+    assert w._writer_write_payload((b"a" * 60, bytearray(b"bcd"), memoryview(b"e"))) == 64
+
+
+def test_steps_on_a_closed_ring_raise_instead_of_touching_unmapped_memory():
+    rb = ShmRingBuffer(1, 64, 2)
+    w = RingWriter(rb)
+    r = RingReader(rb, 0)
+    r.release()
+    rb.unlink()
+    rb.close()
+    for step in (w._writer_claim, w._writer_publish, r._reader_load_written, r._reader_ack, r._reader_copy):
+        with pytest.raises(ValueError):
+            step()
+
+
+def test_cursor_indices_and_readers_are_checked(ring):
+    w, r = RingWriter(ring), RingReader(ring, 2)
+    w.index = 1
+    assert w.index == 1
+    for bad in (-1, 2):
+        with pytest.raises(IndexError, match="out of range for max_chunks=2"):
+            w.index = bad
+    with pytest.raises(IndexError, match="reader 3 out of range for n_reader=3"):
+        w._writer_clear_read_flag(3)
+    with pytest.raises(HandleError):
+        RingReader(ring, 3)
+    r.release()
+
+
+def test_an_uninitialised_cursor_or_eventcount_raises():
+    from ringcast._protocol import EventCount, _ReaderSteps, _WriterSteps
+
+    for step in (_WriterSteps.__new__(_WriterSteps)._writer_claim, _ReaderSteps.__new__(_ReaderSteps)._reader_copy):
+        with pytest.raises(RuntimeError, match="never initialised"):
+            step()
+    with pytest.raises(RuntimeError, match="never initialised"):
+        EventCount.__new__(EventCount).notify("writer", 0)
+
+
+def test_the_hook_is_one_value_and_must_be_callable():
+    calls = []
+    steps_mod.hook = lambda *step: calls.append(step)  # assigning the attribute reaches the C steps too
+    try:
+        assert steps_mod.get_step_hook() is steps_mod.hook
+        rb = ShmRingBuffer(1, 64, 2)
+        try:
+            RingWriter(rb)._writer_claim()
+        finally:
+            rb.unlink()
+            rb.close()
+        assert calls == [("WriterClaim", "writer", 0, None)]
+        with pytest.raises(TypeError, match="callable or None"):
+            steps_mod.set_step_hook(42)
+        assert steps_mod.hook is not None  # a refused hook changes nothing
+    finally:
+        steps_mod.set_step_hook(None)
+    assert steps_mod.hook is None and steps_mod.get_step_hook() is None

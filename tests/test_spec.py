@@ -51,7 +51,7 @@ def test_all_models_match_manifest(tlc):
 
 # ------------------------------------------------- (b) spec <-> code names --
 
-TAG_RE = re.compile(r"^\\\*\s+(\w+\.py)::(\w+)\.(\w+)\s*$")
+TAG_RE = re.compile(r"^\\\*\s+(\w+\.(?:py|c))::(\w+)\.(\w+)\s*$")
 DEF_RE = re.compile(r"^(\w+)\s*(\([^)]*\))?\s*==")
 
 
@@ -76,7 +76,21 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def c_methods_of(path: Path) -> dict[str, set[str]]:
+    """{type name: its method names} of a C extension: each PyType_Spec's name, its slots'
+    Py_tp_methods table, that table's method names."""
+    text = "\n".join(p.read_text() for p in sorted(path.parent.glob(path.stem + "*.c")))  # with the parts it includes
+    tables = {m.group(1): set(re.findall(r'^\s*\{"(\w+)",', m.group(2), flags=re.M))
+              for m in re.finditer(r"static PyMethodDef (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
+    slots = {m.group(1): re.search(r"Py_tp_methods, (\w+)\}", m.group(2)).group(1)
+             for m in re.finditer(r"static PyType_Slot (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
+    return {m.group(1): tables[slots[m.group(2)]]
+            for m in re.finditer(r'static PyType_Spec \w+ = \{"ringcast\.\w+\.(\w+)",[^;]*?(\w+_slots)\}', text, flags=re.S)}
+
+
 def methods_of(path: Path) -> dict[str, set[str]]:
+    if path.suffix == ".c":
+        return c_methods_of(path)
     tree = ast.parse(path.read_text(), filename=str(path))
     out: dict[str, set[str]] = {}
     for node in ast.walk(tree):

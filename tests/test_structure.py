@@ -3,7 +3,8 @@
 * no import cycle among the modules of src/ringcast, counting imports inside functions;
 * no module over the project's hard limit of 500 lines: the package, tools/ and the stateful harness;
 * the TLC library (ringcast.tlc) imports nothing of the protocol;
-* the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of ringcast/ring.py) are called
+* the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of the cursors, C functions of
+  src/ringcast/_protocol.c that ringcast/ring.py's classes subclass) are called
   by one production module, the endpoint layer, and by no program of the stateful harness or the
   trace recorder (only the planted-bug variants may), which drive the endpoints instead; those
   programs exist once (ringcast.trace.child);
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,7 @@ def _imports(mod: str, path: Path) -> set[str]:
                 sub = f"{prefix}.{a.name}"
                 if sub in MODS:
                     names.append(sub)
-                elif not _is_extension(sub):
+                elif not _is_extension(sub) and not _is_extension(prefix):
                     names.append(prefix)
         for n in names:
             if n.split(".")[0] != "ringcast":
@@ -173,9 +175,27 @@ def test_the_tlc_library_imports_nothing_of_the_protocol():
     assert not bad, bad
 
 
+#: the C extension with the ring's and the eventcount's steps (_protocol.c and the _protocol_*.c
+#: files it includes), and the names of its methods
+PROTOCOL_C = "\n".join(p.read_text() for p in sorted(PKG.glob("_protocol*.c")))
+C_METHODS = set(re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)', PROTOCOL_C, flags=re.M))
+
+
 def _ring_steps() -> set[str]:
-    tree = ast.parse((PKG / "ring.py").read_text())
-    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith(("_writer_", "_reader_"))}
+    """The ring's steps: the ``_writer_*`` / ``_reader_*`` methods of ringcast._protocol's cursors."""
+    return {n for n in C_METHODS if n.startswith(("_writer_", "_reader_"))}
+
+
+def _wraps_protocol(path: Path) -> bool:
+    """Does the module import ringcast._protocol (and so define its methods' names on its classes)?"""
+    return any(isinstance(n, ast.ImportFrom) and n.level == 1 and n.module == "_protocol"
+               for n in ast.walk(ast.parse(path.read_text())))
+
+
+def test_the_steps_are_read_from_the_c_code():
+    assert {"_writer_claim", "_writer_publish", "_reader_copy", "_reader_ack"} <= _ring_steps()
+    assert {"_park_announce", "_notify_load_waiters", "notify"} <= C_METHODS
+    assert {m for m, p in MODS.items() if _wraps_protocol(p)} == {"ringcast.ring", "ringcast.waiting"}
 
 
 def _step_calls(path: Path, steps: set[str]) -> set[str]:
@@ -273,15 +293,18 @@ def test_no_module_touches_another_modules_private_names():
     steps = _ring_steps()
     bad = {}
     for m, p in MODS.items():
-        found = foreign_private_access(p.read_text(), steps if m == "ringcast.endpoint" else set())
+        allowed = steps if m == "ringcast.endpoint" else C_METHODS if _wraps_protocol(p) else set()
+        found = foreign_private_access(p.read_text(), allowed)
         if found:
             bad[str(p.relative_to(ROOT))] = found
     assert not bad, f"modules touching another module's private names: {bad}"
 
 
 def _private_names(*mods: str) -> set[str]:
-    """The private names the given modules of the package define."""
-    return {n for m in mods for n in _defined_names(ast.parse(MODS[m].read_text())) if n.startswith("_")}
+    """The private names the given modules of the package define (with the C methods of the
+    extension types their classes subclass)."""
+    return {n for m in mods for n in _defined_names(ast.parse(MODS[m].read_text())) | (C_METHODS if _wraps_protocol(MODS[m]) else set())
+            if n.startswith("_")}
 
 
 def test_the_harness_touches_no_private_names():

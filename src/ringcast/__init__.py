@@ -4,15 +4,18 @@ General layout, bottom up (an import never points up; tests/test_structure.py ch
 import cycle exists, imports inside functions included):
 
 * :mod:`ringcast.errors` - the exception types (every one a subclass of what vLLM raises).
+* ``ringcast._protocol`` (C, src/ringcast/_protocol*.c) - the ring's and the eventcount's atomic
+  steps, one C function per TLA+ action of spec/Ring.tla, each with the step hook as its
+  tracepoint; the fences inside them (F1, F3, F5, F6W, F6N).
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
-* :mod:`ringcast.atomics` - fence, 32-bit atomics and futex (C extension; lock fallback on x86).
+* :mod:`ringcast.atomics` - fence, 32-bit atomics and futex for the Python side (C extension).
 * :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
 * :mod:`ringcast.headroom` - how much memory a new segment may take (cgroup and RAM limits).
 * :mod:`ringcast.shm` - creating/attaching shared memory segments.
-* :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the atomic protocol steps (``RingWriter``,
-  ``RingReader``), one method per TLA+ action of spec/Ring.tla.
+* :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the cursors ``RingWriter``, ``RingReader``
+  (built from a ring over the C steps of ``ringcast._protocol``).
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
 * :mod:`ringcast.arena` - the tensor arena beside the ring: large arrays/tensors in slots of a
   second segment, read as zero-copy views, released when the last view dies (spec/Arena.tla).

@@ -1,18 +1,20 @@
 """The shared-memory ring: one writer, ``n_reader`` readers, four states per chunk.
 
-Layout and states: :mod:`ringcast.layout`. The protocol, step by step, is the methods of
-:class:`RingWriter` and :class:`RingReader` below; each method named ``_writer_*`` or
-``_reader_*`` is one action of ``spec/Ring.tla`` with the same name in CamelCase, and the
-stateful tests (tests/stateful/) use the same names. Before each shared-memory access the code
-calls the step hook (:mod:`ringcast.steps`), which is ``None`` in production. The order of the
-steps for one message (and the waiting between them) is not here: it is
-:mod:`ringcast.endpoint`'s, the only caller of these methods.
+Layout and states: :mod:`ringcast.layout`. The protocol's atomic steps are C functions of
+``ringcast._protocol`` (src/ringcast/_protocol_ring.c), one per action of ``spec/Ring.tla``: the
+cursors below are :class:`RingWriter` and :class:`RingReader`, whose methods named
+``_writer_*`` / ``_reader_*`` are those actions in CamelCase (the stateful tests, tests/stateful/,
+use the same names). Before each shared-memory access a step calls the step hook
+(:mod:`ringcast.steps`), which is ``None`` in production: the C function's tracepoint. The order
+of the steps for one message (and the waiting between them) is not here: it is
+:mod:`ringcast.endpoint`'s, the only caller of these methods. This module builds the segment and
+the cursors and keeps the diagnostics (flags, liveness) in Python.
 
-Fences (``atomics.fence``, a sequentially consistent fence). Which are needed is what TLC
-shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table"). F1, F3
-and F5 are in the step methods below; F7 and F4 sit between two steps, so they are in
+Fences (a sequentially consistent fence, ``rc_fence`` of ringcast_fences.h). Which are needed is
+what TLC shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table").
+F1, F3 and F5 are in the C steps; F7 and F4 sit between two steps, so they are in
 :mod:`ringcast.endpoint` (``WriterEndpoint._clear_flags_and_publish``, ``ReaderEndpoint.ready``);
-F6W and F6N in :mod:`ringcast.waiting`:
+F6W and F6N in the eventcount's steps (:mod:`ringcast.waiting`, also in _protocol.c):
 
 * F1 after the writer's claim loads: no payload store before the loads that showed every reader
   done. Redundant in the relaxed model (it honours control dependencies, as Arm hardware does);
@@ -38,8 +40,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from . import steps as _steps
-from .atomics import address_of, fence
+from ._protocol import _ReaderSteps, _WriterSteps
+from .atomics import address_of
 from .errors import ClosedError, HandleError
 from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
 from .shm import Segment, process_alive, process_start_time
@@ -208,90 +210,31 @@ class ShmRingBuffer:
         return self.base + READ_SEQ, self.base + WRITER_WAITERS
 
 
-class RingWriter:
+def _offsets(ring: ShmRingBuffer) -> tuple:
+    """The steps' constructor arguments: the mapping, chunk i's flag and data offsets, each
+    reader's state word, the chunk size."""
+    lay = ring.layout
+    metas = [lay.meta(i) for i in range(ring.max_chunks)]
+    datas = [lay.data(i) for i in range(ring.max_chunks)]
+    return ring.buf, metas, datas, [Layout.reader_state_offset(r) for r in range(ring.n_reader)], ring.max_chunk_bytes
+
+
+class RingWriter(_WriterSteps):
     """The writer's cursor. Invariant: ``index`` is the chunk it writes next; it moves only in
-    ``_writer_publish`` and only by one. ``_m``/``_d`` are the metadata/data offsets of ``index``
-    (cached: offsets sit on the hot path)."""
+    ``_writer_publish`` and only by one (the planted-bug variants of tests/stateful set it).
+    The steps (``_writer_claim``, ``_writer_clear_written``, ``_writer_write_payload``,
+    ``_writer_clear_read_flag``, ``_writer_publish``, ``_writer_evict``) are C functions of
+    ``ringcast._protocol``; ``live_readers`` is the list of readers whose flags the writer clears
+    for each message (every reader not evicted)."""
 
     def __init__(self, ring: ShmRingBuffer) -> None:
+        super().__init__(*_offsets(ring))
         self.ring = ring
-        self.buf = ring.buf
-        self.index = 0
-        n = ring.n_reader
-        self._all_read = b"\x01" * n
-        #: the readers whose flags the writer clears for each message: every reader not evicted
-        self.live_readers = list(range(n))
-        self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
-        self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
-        self._m, self._d = self._metas[0], self._datas[0]
-        self._stride = 1 + n
-
-    # Spec: WriterClaim
-    def _writer_claim(self) -> bool:
-        """Is the chunk at ``index`` writable (``0?..?``) or read by all (``11..1``)?"""
-        if _steps.hook is not None:
-            _steps.hook("WriterClaim", "writer", self.index, None)
-        m = self._m
-        flags = self.buf[m : m + self._stride]
-        fence()  # F1
-        return flags[0] == 0 or flags[1:] == self._all_read
-
-    # Spec: WriterClearWritten
-    def _writer_clear_written(self) -> None:
-        if _steps.hook is not None:
-            _steps.hook("WriterClearWritten", "writer", self.index, None)
-        self.buf[self._m] = 0  # no fence here: F7 orders this store before the flag clears
-
-    # Spec: WriterWritePayload
-    def _writer_write_payload(self, parts) -> int:
-        """Store ``parts`` (bytes-like objects) back to back from the start of the claimed chunk;
-        return the number of bytes written."""
-        if _steps.hook is not None:
-            _steps.hook("WriterWritePayload", "writer", self.index, None)
-        buf = self.buf
-        off = self._d
-        for part in parts:
-            end = off + len(part)
-            buf[off:end] = part
-            off = end
-        return off - self._d
-
-    # Spec: WriterClearReadFlag
-    def _writer_clear_read_flag(self, r: int) -> None:
-        if _steps.hook is not None:
-            _steps.hook("WriterClearReadFlag", "writer", self.index, r)
-        self.buf[self._m + 1 + r] = 0
-
-    # Spec: WriterPublish
-    def _writer_publish(self) -> None:
-        if _steps.hook is not None:
-            _steps.hook("WriterPublish", "writer", self.index, None)
-        fence()  # F3
-        self.buf[self._m] = 1
-        i = self.index + 1
-        if i == self.ring.max_chunks:
-            i = 0
-        self.index = i
-        self._m, self._d = self._metas[i], self._datas[i]
-
-    # Spec: WriterEvict
-    def _writer_evict(self, r: int) -> None:
-        """Reader ``r`` is dead: mark it evicted in the reader table, set its read flag in every
-        chunk (so no chunk waits for it), and never clear its flag again. Only the writer calls
-        this, between messages (spec: evict_correct; evict_keeps_clearing shows why the flag must
-        stay set)."""
-        if _steps.hook is not None:
-            _steps.hook("WriterEvict", "writer", self.index, r)
-        buf = self.buf
-        off = Layout.reader_state_offset(r)
-        buf[off : off + 4] = READER_EVICTED.to_bytes(4, "little")
-        if r in self.live_readers:
-            self.live_readers.remove(r)
-        for m in self._metas:
-            buf[m + 1 + r] = 1
 
     def data_view(self):
-        return memoryview(self.buf)[self._d : self._d + self.ring.max_chunk_bytes]
+        """The chunk at the cursor, for a caller that writes into it in place (write_chunk)."""
+        off = self.ring.layout.data(self.index)
+        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
 
     def unread_readers(self) -> list[int]:
         flags = self.ring.flags(self.index)
@@ -300,68 +243,16 @@ class RingWriter:
         return [r for r in self.live_readers if flags[1 + r] == 0]
 
 
-class RingReader:
+class RingReader(_ReaderSteps):
     """Reader ``r``'s cursor. Invariant: ``index`` is the chunk it reads next; it moves only in
-    ``_reader_ack`` and only by one. ``_w``/``_f``/``_d``: offsets of the written flag, our read
-    flag and the data of ``index``."""
+    ``_reader_ack`` and only by one (the planted-bug variants set it). The steps
+    (``_reader_load_written``, ``_reader_load_read_flag``, ``_reader_copy``,
+    ``_reader_check_evicted``, ``_reader_ack``) are C functions of ``ringcast._protocol``;
+    ``release()`` drops the view of the mapping ``_reader_copy`` slices (before the ring is
+    closed)."""
 
     def __init__(self, ring: ShmRingBuffer, r: int) -> None:
-        if not 0 <= r < ring.n_reader:
-            raise HandleError(f"reader index {r} out of range for n_reader={ring.n_reader}")
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ring.n_reader:
+            raise HandleError(f"reader index {r!r} out of range for n_reader={ring.n_reader}")
+        super().__init__(*_offsets(ring), r)
         self.ring = ring
-        self.buf = ring.buf
-        self._mv = memoryview(ring.buf)  # sliced per message; released by release()
-        self.r = r
-        self.index = 0
-        self._metas = [ring.layout.meta(i) for i in range(ring.max_chunks)]
-        self._datas = [ring.layout.data(i) for i in range(ring.max_chunks)]
-        self._state = Layout.reader_state_offset(r)
-        self._set(0)
-
-    def _set(self, i: int) -> None:
-        self.index = i
-        self._w = self._metas[i]
-        self._f = self._w + 1 + self.r
-        self._d = self._datas[i]
-
-    # Spec: ReaderLoadWritten
-    def _reader_load_written(self) -> int:
-        if _steps.hook is not None:
-            _steps.hook("ReaderLoadWritten", self.r, self.index, None)
-        return self.buf[self._w]
-
-    # Spec: ReaderLoadReadFlag
-    def _reader_load_read_flag(self) -> int:
-        if _steps.hook is not None:
-            _steps.hook("ReaderLoadReadFlag", self.r, self.index, None)
-        return self.buf[self._f]
-
-    # Spec: ReaderCopy
-    def _reader_copy(self):
-        """A memoryview of the chunk to read from; the caller copies out what it needs."""
-        if _steps.hook is not None:
-            _steps.hook("ReaderCopy", self.r, self.index, None)
-        return self._mv[self._d : self._d + self.ring.max_chunk_bytes]
-
-    # Spec, without a step point: ReaderCheckEvicted (EvictCheck)
-    def _reader_check_evicted(self) -> bool:
-        """After the copy, before it is returned (and acked): whether the writer evicted this
-        reader. A live reader wrongly judged dead (another PID namespace) may have copied a chunk
-        the writer refilled after evicting it: the copy must then be dropped (spec:
-        evict_park_false_suspect fails InOrder without this check, _check passes). No step point:
-        the harness's models have no eviction, where this load always says False and commutes
-        with every other step (docs/spec.md, "Eviction while the writer parks")."""
-        return self.buf[self._state] == READER_EVICTED  # the state word's low byte: 0 live, 1 evicted (little-endian)
-
-    def release(self) -> None:
-        """Drop this cursor's view of the mapping (before the ring is closed)."""
-        self._mv.release()
-
-    # Spec: ReaderAck
-    def _reader_ack(self) -> None:
-        if _steps.hook is not None:
-            _steps.hook("ReaderAck", self.r, self.index, None)
-        fence()  # F5
-        self.buf[self._f] = 1
-        i = self.index + 1
-        self._set(0 if i == self.ring.max_chunks else i)

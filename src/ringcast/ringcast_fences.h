@@ -1,6 +1,7 @@
 /* ringcast_fences.h: every fence and atomic primitive of ringcast, in one place.
  *
- * Included by src/ringcast/_atomics.c (what the Python protocol code calls) and by
+ * Included by src/ringcast/_protocol.c (the ring's and the eventcount's steps),
+ * src/ringcast/_atomics.c (the fences the Python endpoints call: F4, F7) and by
  * src/ringcast/_litmus.c (the litmus tests of `ringcast stress`, docs/stress.md), so the litmus
  * tests exercise the very instructions the ring runs: there is no second copy of a fence.
  *
@@ -57,6 +58,21 @@ RC_INLINE uint32_t
 rc_load_u32(uint32_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+
+/* The ring's flag bytes (written, read_r) and the evicted byte: single-copy atomic, no ordering
+ * of their own (relaxed). What orders them is the fences at the protocol's fence points, as in the
+ * spec's relaxed model: plain loads and stores, ordered only by F1-F7. */
+RC_INLINE uint8_t
+rc_load_u8(const uint8_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+RC_INLINE void
+rc_store_u8(uint8_t *p, uint8_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 
 /* F6N + NotifyLoadWaiters: the publishing store must be visible before `waiters` is read

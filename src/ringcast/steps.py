@@ -1,10 +1,11 @@
 """The step hook: one process-wide callback that test harnesses install to watch or stop a
 process before each shared-memory access of the protocol. ``None`` in production.
 
-The bottom of the package (it imports nothing): :mod:`ringcast.ring` (the ring's atomic steps),
-:mod:`ringcast.waiting` (the eventcount's steps), :mod:`ringcast.endpoint` (the overflow
-steps) and :mod:`ringcast.arena` (the tensor arena's slot steps, spec/Arena.tla) call it, each
-right before the access it names, as::
+The bottom of the package (it imports nothing of ours but the C extensions, which it checks): the ring's and the
+eventcount's atomic steps (C functions of ``ringcast._protocol``, wrapped by :mod:`ringcast.ring`
+and :mod:`ringcast.waiting`: their tracepoints), :mod:`ringcast.waiting`'s ParkRecheck,
+:mod:`ringcast.endpoint` (the overflow steps) and :mod:`ringcast.arena` (the tensor arena's slot
+steps, spec/Arena.tla) call it, each right before the access it names, as::
 
     hook(action, side, index, reader)
 
@@ -20,23 +21,43 @@ Everything a harness needs comes as arguments: a hook never inspects its caller'
 stateful harness (tests/stateful/worker.py) reports each call to its controller and blocks until
 told to go on; the trace recorder (:mod:`ringcast.trace.serial`) takes a global lock; the
 reliability tests hang a process at a chosen step and kill it. In production each step costs
-one ``is None`` test (tests/stateful/bench_hook.py measures it).
+one ``is None`` test, or a NULL test in C (tests/stateful/bench_hook.py measures them).
+
+:data:`hook` is one value, kept by the C steps' module: ``set_step_hook(fn)``, ``get_step_hook()``,
+reading ``steps.hook`` and assigning it (``monkeypatch.setattr(steps, "hook", fn)``) all reach it.
 """
 
 from __future__ import annotations
 
-__all__ = ["set_step_hook", "get_step_hook"]
+import sys
+import types
 
-#: The installed hook, read by the step methods as ``_steps.hook`` (a module attribute, so that
-#: installing it takes effect in every module at once).
-hook = None
+try:  # the package's C code; checked here, at the bottom, so that a broken install says how to fix it
+    from . import _atomics, _protocol
+except ImportError as e:  # pragma: no cover - a broken install
+    raise ImportError(
+        f"ringcast's C extensions are not built ({e}): install a C compiler (e.g. apt-get install gcc python3-dev) "
+        "and reinstall ringcast (pip install -e . in a checkout) so that ringcast._protocol and ringcast._atomics are built"
+    ) from e
+
+__all__ = ["set_step_hook", "get_step_hook"]
 
 
 def set_step_hook(fn) -> None:
     """Install (or, with None, remove) the process-wide step hook. For tests and tracing."""
-    global hook
-    hook = fn
+    _protocol.set_hook(fn)
 
 
 def get_step_hook():
-    return hook
+    return _protocol.get_hook()
+
+
+class _StepsModule(types.ModuleType):
+    """This module, with :data:`hook` a view of the one hook (read by the Python steps as
+    ``_steps.hook``; the C steps test their own pointer, the same value)."""
+
+    hook = property(lambda self: _protocol.get_hook(), lambda self, fn: _protocol.set_hook(fn),
+                    doc="the installed step hook, or None")
+
+
+sys.modules[__name__].__class__ = _StepsModule

@@ -26,10 +26,15 @@ load came before the waiter's announce (both are ordered by full fences), so the
 re-check, which comes after its announce, sees the published chunk. If the notifier saw the
 waiter, it bumps ``seq`` after the waiter's snapshot, so ``futex_wait`` either returns at once
 (value changed) or is woken. spec/ models exactly these steps (spec/park_*.cfg) and refutes the
-variant without ParkRecheck. Each step is one method (tagged with a ``Spec:`` comment), which calls
-the step hook (:mod:`ringcast.steps`; None in production) before its shared-memory access, so
-tests/stateful can drive a parked side step by step. Which eventcount a side parks on and which
-it notifies is the endpoint's business (:mod:`ringcast.endpoint`).
+variant without ParkRecheck. Each step is one C function of ``ringcast._protocol`` (the methods
+of :class:`EventCount`, src/ringcast/_protocol_wait.c, tagged ``Spec: ParkSnapshot`` ...) except
+ParkRecheck, whose loads are the ring's own steps (:meth:`Waiter._park_recheck`); each calls the
+step hook (:mod:`ringcast.steps`; None in production) before its shared-memory access, so
+tests/stateful can drive a parked side step by step. ``EventCount(seq_addr, waiters_addr,
+counters)``: ``notify(side, index)`` is NotifyLoadWaiters, then NotifyWake only if somebody is
+parked; ``wake_all()`` wakes every sleeper (shutdown; not a spec action, not hooked). Which
+eventcount a side parks on and which it notifies is the endpoint's business
+(:mod:`ringcast.endpoint`).
 
 Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
 out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
@@ -52,9 +57,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from . import atomics
 from . import steps as _steps
-from .atomics import HAVE_FUTEX, TIMED_OUT, fence_load_u32, fetch_add_u32, futex_wait, futex_wake, load_u32
+from ._protocol import EventCount
+from .atomics import HAVE_FUTEX, TIMED_OUT, load_u32
 from .errors import Cancelled
 
 __all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN"]
@@ -65,7 +70,6 @@ __all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN"]
 DEFAULT_SPIN = 100e-6
 DEFAULT_RECHECK = 0.1
 DEFAULT_WARN = 60.0
-_WAKE_ALL = 0x7FFFFFFF
 
 
 def _check_seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
@@ -112,76 +116,6 @@ class Counters:
     def __init__(self) -> None:
         self.waits = self.spins = self.parks = self.wakeups = self.recheck_hits = self.timeouts = 0
         self.evictions = 0  # dead readers the writer evicted while it waited (endpoint.WriterEndpoint.evict_dead)
-
-
-class EventCount:
-    """A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping.
-
-    Its step methods take the stepping side (``"writer"`` or the local reader index) and the
-    chunk that side is at, which they pass to the step hook (:mod:`ringcast.steps`) and to
-    nothing else: the endpoint that owns this eventcount (:mod:`ringcast.endpoint`) knows both."""
-
-    __slots__ = ("seq", "waiters", "counters")
-
-    def __init__(self, seq_addr: int, waiters_addr: int, counters: Counters) -> None:
-        self.seq = seq_addr
-        self.waiters = waiters_addr
-        self.counters = counters
-
-    # -- waiter side ---------------------------------------------------------------------------
-    # Spec: ParkSnapshot
-    def _park_snapshot(self, side, index: int) -> int:
-        if _steps.hook is not None:
-            _steps.hook("ParkSnapshot", side, index, None)
-        return load_u32(self.seq)
-
-    # Spec: ParkAnnounce
-    def _park_announce(self, side, index: int) -> None:
-        if _steps.hook is not None:
-            _steps.hook("ParkAnnounce", side, index, None)
-        fetch_add_u32(self.waiters, 1)  # seq_cst RMW: the full fence F6W before ParkRecheck
-
-    # Spec: ParkSleep
-    def _park_sleep(self, side, index: int, snapshot: int, timeout: float) -> int:
-        if _steps.hook is not None:
-            _steps.hook("ParkSleep", side, index, None)
-        self.counters.parks += 1
-        return futex_wait(self.seq, snapshot, timeout)
-
-    # Spec: ParkRetire
-    def _park_retire(self, side, index: int) -> None:
-        if _steps.hook is not None:
-            _steps.hook("ParkRetire", side, index, None)
-        fetch_add_u32(self.waiters, -1)
-
-    # -- notifier side -------------------------------------------------------------------------
-    # Spec: NotifyLoadWaiters
-    def _notify_load_waiters(self, side, index: int) -> int:
-        if _steps.hook is not None:
-            _steps.hook("NotifyLoadWaiters", side, index, None)
-        # F6N, a full fence: the publishing store (written := 1 / read_r := 1) must be visible before we
-        # read `waiters` (store->load order, which even x86 does not give without a fence).
-        return fence_load_u32(self.waiters)
-
-    # Spec: NotifyWake
-    def _notify_wake(self, side, index: int) -> None:
-        if _steps.hook is not None:
-            _steps.hook("NotifyWake", side, index, None)
-        fetch_add_u32(self.seq, 1)
-        futex_wake(self.seq, _WAKE_ALL)
-        self.counters.wakeups += 1
-
-    def notify(self, side, index: int) -> None:
-        """NotifyLoadWaiters, then NotifyWake only if somebody is (about to be) parked."""
-        if self._notify_load_waiters(side, index):
-            self._notify_wake(side, index)
-
-    def wake_all(self) -> None:
-        """Wake every sleeper unconditionally (used by shutdown; sleepers re-check and see why).
-        Not a spec action and not hooked: shutdown() may run on any thread."""
-        if HAVE_FUTEX:
-            fetch_add_u32(self.seq, 1)
-            futex_wake(self.seq, _WAKE_ALL)
 
 
 class Waiter:
@@ -269,6 +203,3 @@ class Waiter:
                 if rc == TIMED_OUT and load_u32(ec.seq) == s:
                     c.recheck_hits += 1
                 return
-
-
-assert atomics  # re-exported for tests that want to look at NATIVE

@@ -4,8 +4,10 @@ Times the ring's hot path in one process through the protocol endpoints (ringcas
 MessageQueue runs): the writer endpoint publishes one message (claim, clear written, payload,
 clear the read flag, publish, NotifyLoadWaiters), the reader endpoint receives it (load written,
 load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nobody parked: 11
-step points.  The real classes (step hook None: one is-None test per step) run against copies
-compiled from ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's source with
+step points.  The real classes (step hook None: one lookup per step) run against copies without
+any: the ring's and the eventcount's steps from src/ringcast/_protocol.c compiled with
+``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build, :func:`notrace_protocol`), and
+ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's source recompiled on it with
 every ``if _steps.hook is not None: ...`` removed.  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  The stress suite can call :func:`measure`.
@@ -19,18 +21,51 @@ buffer, against arena.py compiled without its 8 checks.
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 import inspect
+import re
 import statistics
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import textwrap
 import time
 import types
+from pathlib import Path
+
+PROTOCOL_C = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "_protocol.c"
+_C_TEXT = "\n".join(p.read_text() for p in sorted(PROTOCOL_C.parent.glob("_protocol*.c")))  # with the parts it includes
+#: the spec actions whose tracepoints _protocol.c has, by the Python module that wraps them
+C_ACTIONS = {
+    "ring": re.findall(r"/\* Spec: ((?:Writer|Reader)\w+)", _C_TEXT),
+    "waiting": re.findall(r"/\* Spec: ((?:Park|Notify)\w+)", _C_TEXT),
+}
+_notrace = None
+
+
+def notrace_protocol():
+    """ringcast._protocol built from the checkout's _protocol.c with its tracepoints compiled out
+    (once per process, in a scratch directory; loaded under its own file, so the real module is
+    untouched)."""
+    global _notrace
+    if _notrace is None:
+        out = Path(tempfile.mkdtemp(prefix="ringcast-notrace-")) / ("_protocol" + sysconfig.get_config_var("EXT_SUFFIX"))
+        cmd = ["cc", "-O2", "-shared", "-fPIC", "-DRINGCAST_NO_TRACEPOINTS", "-I", sysconfig.get_paths()["include"],
+               "-o", str(out), str(PROTOCOL_C)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        spec = importlib.util.spec_from_file_location("ringcast._protocol", out)
+        _notrace = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_notrace)
+        if _notrace.TRACEPOINTS != 0:
+            raise RuntimeError(f"{out} was built with its tracepoints")
+    return _notrace
 
 
 def stripped_module(mod, replace: dict | None = None):
-    """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks; returns
-    (module namespace, how many checks were removed). ``replace`` overrides names the module
+    """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks, on the
+    C steps without tracepoints (:func:`notrace_protocol`); returns (module namespace, how many
+    checks were removed, the C tracepoints among them). ``replace`` overrides names the module
     imported (the stripped classes of the modules below it)."""
     src = textwrap.dedent(inspect.getsource(mod))
     tree = ast.parse(src)
@@ -49,12 +84,15 @@ def stripped_module(mod, replace: dict | None = None):
     m = types.ModuleType(name)
     m.__package__, m.__file__ = "ringcast", mod.__file__
     sys.modules[name] = m  # dataclasses look their module up while the class is built
+    real = sys.modules["ringcast._protocol"]
+    sys.modules["ringcast._protocol"] = notrace_protocol()  # what ``from ._protocol import ...`` gets
     try:
         exec(compile(tree, mod.__file__ + " (no hook)", "exec"), m.__dict__)
     finally:
         del sys.modules[name]
+        sys.modules["ringcast._protocol"] = real
     m.__dict__.update(replace or {})
-    return m.__dict__, removed
+    return m.__dict__, removed + len(C_ACTIONS.get(mod.__name__.rsplit(".", 1)[1], ()))
 
 
 def stripped(name: str):
@@ -73,7 +111,7 @@ def _copy64(view) -> bytes:
     return bytes(view[:64])
 
 
-def _loop(ns, ring, n: int, payload: bytes) -> float:
+def message_loop(ns, ring, n: int, payload: bytes) -> float:
     w, r = ns["WriterEndpoint"](ring), ns["ReaderEndpoint"](ring, 0)
     parts = (payload,)
     t0 = time.perf_counter_ns()
@@ -111,7 +149,7 @@ def _compare(name: str, segment, loop, trials: int) -> dict:
 def measure(iterations: int = 200_000, trials: int = 9) -> dict:
     import ringcast.ring as ring
 
-    return _compare("endpoint", ring.ShmRingBuffer(1, 256, 4), lambda n, rb: _loop(n, rb, iterations, b"x" * 64), trials)
+    return _compare("endpoint", ring.ShmRingBuffer(1, 256, 4), lambda n, rb: message_loop(n, rb, iterations, b"x" * 64), trials)
 
 
 def _arena_loop(ns, arena, n: int, buf: bytes) -> float:

@@ -7,35 +7,62 @@ import inspect
 
 import pytest
 
-from .bench_hook import measure, measure_arena, stripped
+from .bench_hook import C_ACTIONS, message_loop, measure, measure_arena, notrace_protocol, stripped
 
 pytestmark = pytest.mark.timeout(60)
 
-#: module -> (its checks: one per ``# Spec:`` action, in the modules it is built from; the classes
-#: and the prefixes of their step methods that must not look at the hook)
+#: module -> (its checks: one per ``# Spec:`` action of the Python modules it is built from and one
+#: per tracepoint of their C steps; the classes and the prefixes of their step methods that must
+#: not look at the hook)
 STRIPPED = {
     "ring": (("ring",), ("RingWriter", "RingReader"), ("_writer_", "_reader_")),  # WriterClaim .. ReaderAck, WriterEvict
     "waiting": (("waiting",), ("EventCount", "Waiter"), ("_park_", "_notify_")),  # ParkSnapshot .. NotifyWake
     "endpoint": (("ring", "waiting", "endpoint"), ("WriterEndpoint", "ReaderEndpoint"), ("",)),  # + the overflow send/receive
     "arena": (("arena",), ("ArenaWriter", "ArenaReader"), ("_arena_",)),  # ArenaClaim .. ArenaFallback, ArenaRelease
 }
-CHECKS = {"ring": None, "waiting": 7, "endpoint": 10 + 7 + 2, "arena": 8}
+CHECKS = {"ring": 10, "waiting": 7, "endpoint": 10 + 7 + 2, "arena": 8}
 
 
 @pytest.mark.parametrize("name", sorted(STRIPPED))
 def test_stripped_build_removes_every_hook_check(name):
     mods, classes, prefixes = STRIPPED[name]
     ns, removed = stripped(name)
-    actions = sum(inspect.getsource(importlib.import_module(f"ringcast.{m}")).count("# Spec: ") for m in mods)
-    assert removed == actions and (actions >= 10 if CHECKS[name] is None else actions == CHECKS[name]), (removed, actions)
+    actions = sum(inspect.getsource(importlib.import_module(f"ringcast.{m}")).count("# Spec: ") + len(C_ACTIONS.get(m, ()))
+                  for m in mods)
+    assert removed == actions == CHECKS[name], (removed, actions)
     for cls in classes:
         for fname, fn in vars(ns[cls]).items():
-            if callable(fn) and fname.startswith(prefixes):
+            if inspect.isfunction(fn) and fname.startswith(prefixes):
                 assert "_steps" not in fn.__code__.co_names, (cls, fname)
     if name == "endpoint":  # built on the stripped ring
         from ringcast import ring
 
         assert ns["WriterEndpoint"].__init__.__globals__["RingWriter"] is not ring.RingWriter
+
+
+def test_the_comparison_build_never_calls_the_hook():
+    """The stripped endpoint (C steps without tracepoints, Python checks removed) runs a message
+    without calling an installed hook; the real one calls it at every step point."""
+    from ringcast import steps
+    from ringcast.ring import ShmRingBuffer
+
+    assert importlib.import_module("ringcast._protocol").TRACEPOINTS == 1 and notrace_protocol().TRACEPOINTS == 0
+    ns, _ = stripped("endpoint")
+    real = vars(importlib.import_module("ringcast.endpoint"))
+    seen = []
+    ring = ShmRingBuffer(1, 64, 2)
+    steps.set_step_hook(lambda *step: seen.append(step[0]))
+    try:
+        counts = []
+        for names in (ns, real):
+            message_loop(names, ring, 1, b"x")  # the benchmark's loop, one message
+            counts.append(len(seen))
+            seen.clear()
+    finally:
+        steps.set_step_hook(None)
+        ring.unlink()
+        ring.close()
+    assert counts == [0, 11], counts
 
 
 def test_bench_runs():

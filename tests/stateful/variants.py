@@ -21,18 +21,9 @@ from ringcast.ring import RingReader, RingWriter
 from ringcast.trace.model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
 
 
-def _seek_writer(w: RingWriter, i: int) -> None:
-    """Move a writer's cursor (RingWriter caches the offsets of its index)."""
-    w.index = i
-    if hasattr(w, "_metas"):
-        w._m, w._d = w._metas[i], w._datas[i]
-
-
-def _seek_reader(rd: RingReader, i: int) -> None:
-    if hasattr(rd, "_set"):
-        rd._set(i)
-    else:
-        rd.index = i
+def _seek(cursor, i: int) -> None:
+    """Move a cursor (not a step: the variants' own logic)."""
+    cursor.index = i
 
 
 class ReversedWriter(WriterEndpoint):
@@ -43,10 +34,10 @@ class ReversedWriter(WriterEndpoint):
         idx = w.index
         fence()
         w._writer_publish()  # moves the cursor on; the flags to clear are still idx's
-        _seek_writer(w, idx)
+        _seek(w, idx)
         for r in w.live_readers:
             w._writer_clear_read_flag(r)
-        _seek_writer(w, (idx + 1) % w.ring.max_chunks)
+        _seek(w, (idx + 1) % w.ring.max_chunks)
 
 
 class ScanAheadCursor(RingWriter):
@@ -56,7 +47,7 @@ class ScanAheadCursor(RingWriter):
     def _writer_claim(self) -> bool:
         if super()._writer_claim():
             return True
-        _seek_writer(self, (self.index + 1) % self.ring.max_chunks)
+        _seek(self, (self.index + 1) % self.ring.max_chunks)
         return False
 
 
@@ -75,7 +66,7 @@ class SkippingReader(ReaderEndpoint):
         if c._reader_load_read_flag() == 0:
             fence()
             return True
-        _seek_reader(c, (c.index + 1) % c.ring.max_chunks)
+        _seek(c, (c.index + 1) % c.ring.max_chunks)
         return False
 
 
@@ -98,10 +89,10 @@ class EarlyAckReader(ReaderEndpoint):
         self.first = False
         if bite:
             c._reader_ack()  # moves the cursor on; the chunk to copy is still i
-            _seek_reader(c, i)
+            _seek(c, i)
             with c._reader_copy() as view:
                 kept = copy_out(view)
-            _seek_reader(c, (i + 1) % ring.max_chunks)
+            _seek(c, (i + 1) % ring.max_chunks)
         else:  # the production order (ring-level programs only: no overflow marker)
             with c._reader_copy() as view:
                 kept = copy_out(view)
