@@ -53,14 +53,15 @@ def main(argv=None) -> int:
     ap.add_argument("--per-batch", type=int, default=2000)
     a = ap.parse_args(argv)
     msg = ("d", 7, time.monotonic_ns(), make_payload(a.payload))
+    chunk = max(1 << 16, 2 * len(pickle.dumps(msg, protocol=5)))  # every payload inline
 
-    w = MessageQueue(1, 1, max_chunk_bytes=1 << 16, max_chunks=8)
+    w = MessageQueue(1, 1, max_chunk_bytes=chunk, max_chunks=8)
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     t = threading.Thread(target=r.wait_until_ready)
     t.start()
     w.wait_until_ready()
     t.join()
-    ring = ShmRingBuffer(1, 1 << 16, 8)
+    ring = ShmRingBuffer(1, chunk, 8)
     we, re_ = WriterEndpoint(ring), ReaderEndpoint(ring, 0)
     parts = [pickle.dumps(msg, protocol=5)]  # a small message pickles to one part
     n = len(parts[0])

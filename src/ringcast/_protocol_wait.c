@@ -136,10 +136,12 @@ ec_park_sleep(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
     double timeout = PyFloat_AsDouble(args[3]);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
-    if (!(timeout >= 0.0) || timeout > 1e9) {
-        PyErr_Format(PyExc_ValueError, "a park's timeout must be a number of seconds in [0, 1e9], got %R", args[3]);
+    if (!(timeout >= 0.0) || timeout == Py_HUGE_VAL) {
+        PyErr_Format(PyExc_ValueError, "a park's timeout must be a finite number of seconds >= 0, got %R", args[3]);
         return NULL;
     }
+    if (timeout > 1e9) /* ~31 years: the sleep is capped by recheck_interval, which may be set that high */
+        timeout = 1e9;
     TRACE(s_ParkSleep, args[0], index, Py_None);
     if (bump(self->counters, s_parks) < 0)
         return NULL;

@@ -1,11 +1,11 @@
 """The step hook: one process-wide callback that test harnesses install to watch or stop a
 process before each shared-memory access of the protocol. ``None`` in production.
 
-The bottom of the package (it imports nothing of ours but the C extensions, which it checks): the ring's and the
-eventcount's atomic steps (C functions of ``ringcast._protocol``, wrapped by :mod:`ringcast.ring`
-and :mod:`ringcast.waiting`: their tracepoints), :mod:`ringcast.waiting`'s ParkRecheck,
-:mod:`ringcast.endpoint` (the overflow steps) and :mod:`ringcast.arena` (the tensor arena's slot
-steps, spec/Arena.tla) call it, each right before the access it names, as::
+The bottom of the package (it imports nothing of ours but the C extensions, which it checks):
+the ring's and the eventcount's atomic steps (C functions of ``ringcast._protocol``, wrapped by
+:mod:`ringcast.ring` and :mod:`ringcast.waiting`: their tracepoints), :mod:`ringcast.waiting`'s
+ParkRecheck, :mod:`ringcast.endpoint` (the overflow steps) and :mod:`ringcast.arena` (the tensor
+arena's slot steps, spec/Arena.tla) call it, each right before the access it names, as::
 
     hook(action, side, index, reader)
 
@@ -33,7 +33,7 @@ import sys
 import types
 
 try:  # the package's C code; checked here, at the bottom, so that a broken install says how to fix it
-    from . import _atomics, _protocol
+    from . import _atomics, _protocol  # noqa: F401 - _atomics: imported for the check only
 except ImportError as e:  # pragma: no cover - a broken install
     raise ImportError(
         f"ringcast's C extensions are not built ({e}): install a C compiler (e.g. apt-get install gcc python3-dev) "
