@@ -22,9 +22,6 @@ typedef struct {
     PyObject **slices;  /* chunk i's data slice */
 } Cursor;
 
-typedef Cursor WriterObject;
-typedef Cursor ReaderObject;
-
 static uint8_t *
 acquire(Cursor *c, Py_buffer *view)
 {
@@ -40,6 +37,18 @@ acquire(Cursor *c, Py_buffer *view)
         return NULL;
     }
     return (uint8_t *)view->buf;
+}
+
+/* How every step on the ring starts: its tracepoint (the hook, if set, with the side, the chunk the
+ * cursor is at and the reader acted on), then the mapping's bytes for its access. NULL with an
+ * exception set when the hook raised (the step has not happened) or the ring is closed; else
+ * the step releases `view` after its access. */
+static uint8_t *
+step_begin(Cursor *c, PyObject *action, PyObject *side, PyObject *reader, Py_buffer *view)
+{
+    if (trace(action, side, c->index, reader) < 0)
+        return NULL;
+    return acquire(c, view);
 }
 
 static Py_ssize_t *

@@ -1,34 +1,32 @@
 /* _protocol_ring.c: the ring's steps (spec/Ring.tla's writer and reader actions), part of the
- * ringcast._protocol extension: included by _protocol.c, which has the tracepoint (TRACE), the
+ * ringcast._protocol extension: included by _protocol.c, which has the tracepoint (trace), the
  * action names and the rules every step follows; the cursors are _protocol_cursor.c's. */
 
 /* -- the writer -- */
 
 static int
-writer_init(WriterObject *self, PyObject *args, PyObject *kw)
+writer_init(Cursor *c, PyObject *args, PyObject *kw)
 {
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "_WriterSteps takes positional arguments only");
         return -1;
     }
-    if (cursor_init(self, args) < 0)
+    if (cursor_init(c, args) < 0)
         return -1;
-    self->live_readers = PyList_New(self->n_reader);
-    if (self->live_readers == NULL)
+    c->live_readers = PyList_New(c->n_reader);
+    if (c->live_readers == NULL)
         return -1;
-    for (Py_ssize_t r = 0; r < self->n_reader; r++)
-        PyList_SET_ITEM(self->live_readers, r, PyLong_FromSsize_t(r));
+    for (Py_ssize_t r = 0; r < c->n_reader; r++)
+        PyList_SET_ITEM(c->live_readers, r, PyLong_FromSsize_t(r));
     return 0;
 }
 
 /* Spec: WriterClaim. Is the chunk at the cursor writable (0?..?) or read by every reader (11..1)? */
 static PyObject *
-writer_claim(WriterObject *self, PyObject *unused)
+writer_claim(Cursor *c, PyObject *unused)
 {
-    Cursor *c = self;
     Py_buffer view;
-    TRACE(s_WriterClaim, s_writer, c->index, Py_None);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_WriterClaim, s_writer, Py_None, &view);
     if (base == NULL)
         return NULL;
     uint8_t *m = base + c->metas[c->index];
@@ -43,12 +41,10 @@ writer_claim(WriterObject *self, PyObject *unused)
 
 /* Spec: WriterClearWritten. No fence: F7 orders this store before the read-flag clears. */
 static PyObject *
-writer_clear_written(WriterObject *self, PyObject *unused)
+writer_clear_written(Cursor *c, PyObject *unused)
 {
-    Cursor *c = self;
     Py_buffer view;
-    TRACE(s_WriterClearWritten, s_writer, c->index, Py_None);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_WriterClearWritten, s_writer, Py_None, &view);
     if (base == NULL)
         return NULL;
     rc_store_u8(base + c->metas[c->index], 0);
@@ -60,9 +56,8 @@ writer_clear_written(WriterObject *self, PyObject *unused)
  * of the chunk; returns the number of bytes written. Refuses parts that do not fit the chunk
  * before storing any. */
 static PyObject *
-writer_write_payload(WriterObject *self, PyObject *parts)
+writer_write_payload(Cursor *c, PyObject *parts)
 {
-    Cursor *c = self;
     Py_buffer view;
     TRACE(s_WriterWritePayload, s_writer, c->index, Py_None);
     PyObject *fast = PySequence_Fast(parts, "the payload's parts must be a sequence of bytes-like objects");
@@ -110,15 +105,13 @@ fail:
 
 /* Spec: WriterClearReadFlag */
 static PyObject *
-writer_clear_read_flag(WriterObject *self, PyObject *arg)
+writer_clear_read_flag(Cursor *c, PyObject *arg)
 {
-    Cursor *c = self;
     Py_buffer view;
     Py_ssize_t r;
     if (reader_arg(arg, c->n_reader, &r) == NULL)
         return NULL;
-    TRACE(s_WriterClearReadFlag, s_writer, c->index, arg);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_WriterClearReadFlag, s_writer, arg, &view);
     if (base == NULL)
         return NULL;
     rc_store_u8(base + c->metas[c->index] + 1 + r, 0);
@@ -128,12 +121,10 @@ writer_clear_read_flag(WriterObject *self, PyObject *arg)
 
 /* Spec: WriterPublish. written := 1; the cursor moves on by one. */
 static PyObject *
-writer_publish(WriterObject *self, PyObject *unused)
+writer_publish(Cursor *c, PyObject *unused)
 {
-    Cursor *c = self;
     Py_buffer view;
-    TRACE(s_WriterPublish, s_writer, c->index, Py_None);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_WriterPublish, s_writer, Py_None, &view);
     if (base == NULL)
         return NULL;
     rc_fence(); /* F3: payload and cleared flags visible before the publication */
@@ -148,15 +139,13 @@ writer_publish(WriterObject *self, PyObject *unused)
  * writer calls this, between messages (spec: evict_correct; evict_keeps_clearing shows why the
  * flag must stay set). */
 static PyObject *
-writer_evict(WriterObject *self, PyObject *arg)
+writer_evict(Cursor *c, PyObject *arg)
 {
-    Cursor *c = self;
     Py_buffer view;
     Py_ssize_t r;
     if (reader_arg(arg, c->n_reader, &r) == NULL)
         return NULL;
-    TRACE(s_WriterEvict, s_writer, c->index, arg);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_WriterEvict, s_writer, arg, &view);
     if (base == NULL)
         return NULL;
     uint32_t evicted = READER_EVICTED; /* the state word, little-endian like its readers expect */
@@ -166,13 +155,13 @@ writer_evict(WriterObject *self, PyObject *arg)
     for (Py_ssize_t i = 0; i < c->max_chunks; i++)
         rc_store_u8(base + c->metas[i] + 1 + r, 1);
     PyBuffer_Release(&view);
-    Py_ssize_t n = PyList_GET_SIZE(self->live_readers);
+    Py_ssize_t n = PyList_GET_SIZE(c->live_readers);
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t q = PyLong_AsSsize_t(PyList_GET_ITEM(self->live_readers, k));
+        Py_ssize_t q = PyLong_AsSsize_t(PyList_GET_ITEM(c->live_readers, k));
         if (q == -1 && PyErr_Occurred())
             return NULL;
         if (q == r)
-            return PySequence_DelItem(self->live_readers, k) < 0 ? NULL : Py_NewRef(Py_None);
+            return PySequence_DelItem(c->live_readers, k) < 0 ? NULL : Py_NewRef(Py_None);
     }
     Py_RETURN_NONE;
 }
@@ -194,7 +183,7 @@ static PyGetSetDef writer_getset[] = {
 };
 
 static PyMemberDef writer_members[] = {
-    {"live_readers", T_OBJECT, offsetof(WriterObject, live_readers), READONLY,
+    {"live_readers", T_OBJECT, offsetof(Cursor, live_readers), READONLY,
      "the readers whose read flags the writer clears for each message (every reader not evicted)"},
     {NULL},
 };
@@ -212,14 +201,14 @@ static PyType_Slot writer_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec writer_spec = {"ringcast._protocol._WriterSteps", sizeof(WriterObject), 0,
+static PyType_Spec writer_spec = {"ringcast._protocol._WriterSteps", sizeof(Cursor), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, writer_slots};
 
 /* -- a reader -- */
 
 /* _ReaderSteps(buf, metas, datas, states, max_chunk_bytes, r) */
 static int
-reader_init(ReaderObject *self, PyObject *args, PyObject *kw)
+reader_init(Cursor *c, PyObject *args, PyObject *kw)
 {
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "_ReaderSteps takes positional arguments only");
@@ -233,39 +222,37 @@ reader_init(ReaderObject *self, PyObject *args, PyObject *kw)
     PyObject *head = PyTuple_GetSlice(args, 0, 5);
     if (head == NULL)
         return -1;
-    int rc = cursor_init(self, head);
+    int rc = cursor_init(c, head);
     Py_DECREF(head);
     if (rc < 0)
         return -1;
-    if (reader_arg(PyTuple_GET_ITEM(args, 5), self->n_reader, &self->r) == NULL)
+    if (reader_arg(PyTuple_GET_ITEM(args, 5), c->n_reader, &c->r) == NULL)
         return -1;
-    self->side = PyLong_FromSsize_t(self->r);
-    self->mv = self->side ? PyMemoryView_FromObject(self->buf) : NULL;
-    if (self->mv == NULL)
+    c->side = PyLong_FromSsize_t(c->r);
+    c->mv = c->side ? PyMemoryView_FromObject(c->buf) : NULL;
+    if (c->mv == NULL)
         return -1;
-    self->slices = PyMem_Calloc(self->max_chunks, sizeof(PyObject *));
-    if (self->slices == NULL) {
+    c->slices = PyMem_Calloc(c->max_chunks, sizeof(PyObject *));
+    if (c->slices == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < self->max_chunks; i++) {
-        PyObject *lo = PyLong_FromSsize_t(self->datas[i]), *hi = PyLong_FromSsize_t(self->datas[i] + self->max_chunk_bytes);
-        self->slices[i] = (lo && hi) ? PySlice_New(lo, hi, NULL) : NULL;
+    for (Py_ssize_t i = 0; i < c->max_chunks; i++) {
+        PyObject *lo = PyLong_FromSsize_t(c->datas[i]), *hi = PyLong_FromSsize_t(c->datas[i] + c->max_chunk_bytes);
+        c->slices[i] = (lo && hi) ? PySlice_New(lo, hi, NULL) : NULL;
         Py_XDECREF(lo);
         Py_XDECREF(hi);
-        if (self->slices[i] == NULL)
+        if (c->slices[i] == NULL)
             return -1;
     }
     return 0;
 }
 
 static PyObject *
-reader_load(ReaderObject *self, PyObject *action, Py_ssize_t extra)
+reader_load(Cursor *c, PyObject *action, Py_ssize_t extra)
 {
-    Cursor *c = self;
     Py_buffer view;
-    TRACE(action, self->side, c->index, Py_None);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, action, c->side, Py_None, &view);
     if (base == NULL)
         return NULL;
     uint8_t v = rc_load_u8(base + c->metas[c->index] + extra);
@@ -275,29 +262,29 @@ reader_load(ReaderObject *self, PyObject *action, Py_ssize_t extra)
 
 /* Spec: ReaderLoadWritten */
 static PyObject *
-reader_load_written(ReaderObject *self, PyObject *unused)
+reader_load_written(Cursor *c, PyObject *unused)
 {
-    return reader_load(self, s_ReaderLoadWritten, 0);
+    return reader_load(c, s_ReaderLoadWritten, 0);
 }
 
 /* Spec: ReaderLoadReadFlag */
 static PyObject *
-reader_load_read_flag(ReaderObject *self, PyObject *unused)
+reader_load_read_flag(Cursor *c, PyObject *unused)
 {
-    return reader_load(self, s_ReaderLoadReadFlag, 1 + self->r);
+    return reader_load(c, s_ReaderLoadReadFlag, 1 + c->r);
 }
 
 /* Spec: ReaderCopy. A memoryview of the chunk to read from (a slice of the reader's view of the
  * mapping); the caller copies out what it needs and releases it. */
 static PyObject *
-reader_copy(ReaderObject *self, PyObject *unused)
+reader_copy(Cursor *c, PyObject *unused)
 {
-    if (self->slices == NULL || self->mv == NULL) {
+    if (c->slices == NULL || c->mv == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "this ring cursor was never initialised (or was cleared): build it from a ring");
         return NULL;
     }
-    TRACE(s_ReaderCopy, self->side, self->index, Py_None);
-    return PyObject_GetItem(self->mv, self->slices[self->index]);
+    TRACE(s_ReaderCopy, c->side, c->index, Py_None);
+    return PyObject_GetItem(c->mv, c->slices[c->index]);
 }
 
 /* Spec, without a step point: ReaderCheckEvicted (EvictCheck). After the copy, before it is
@@ -308,30 +295,27 @@ reader_copy(ReaderObject *self, PyObject *unused)
  * says False and commutes with every other step (docs/spec.md, "Eviction while the writer
  * parks"). */
 static PyObject *
-reader_check_evicted(ReaderObject *self, PyObject *unused)
+reader_check_evicted(Cursor *c, PyObject *unused)
 {
-    Cursor *c = self;
     Py_buffer view;
     uint8_t *base = acquire(c, &view);
     if (base == NULL)
         return NULL;
-    uint8_t v = rc_load_u8(base + c->states[self->r]); /* the state word's low byte (little-endian) */
+    uint8_t v = rc_load_u8(base + c->states[c->r]); /* the state word's low byte (little-endian) */
     PyBuffer_Release(&view);
     return PyBool_FromLong(v == READER_EVICTED);
 }
 
 /* Spec: ReaderAck. read_r := 1; the cursor moves on by one. */
 static PyObject *
-reader_ack(ReaderObject *self, PyObject *unused)
+reader_ack(Cursor *c, PyObject *unused)
 {
-    Cursor *c = self;
     Py_buffer view;
-    TRACE(s_ReaderAck, self->side, c->index, Py_None);
-    uint8_t *base = acquire(c, &view);
+    uint8_t *base = step_begin(c, s_ReaderAck, c->side, Py_None, &view);
     if (base == NULL)
         return NULL;
     rc_fence(); /* F5: the copy is complete before the writer may reuse the chunk */
-    rc_store_u8(base + c->metas[c->index] + 1 + self->r, 1);
+    rc_store_u8(base + c->metas[c->index] + 1 + c->r, 1);
     PyBuffer_Release(&view);
     c->index = c->index + 1 == c->max_chunks ? 0 : c->index + 1;
     Py_RETURN_NONE;
@@ -339,11 +323,11 @@ reader_ack(ReaderObject *self, PyObject *unused)
 
 /* Drop the reader's view of the mapping (before the ring is closed); later copies raise. */
 static PyObject *
-reader_release(ReaderObject *self, PyObject *unused)
+reader_release(Cursor *c, PyObject *unused)
 {
-    if (self->mv == NULL)
+    if (c->mv == NULL)
         Py_RETURN_NONE;
-    return PyObject_CallMethod(self->mv, "release", NULL);
+    return PyObject_CallMethod(c->mv, "release", NULL);
 }
 
 static PyMethodDef reader_methods[] = {
@@ -363,7 +347,7 @@ static PyGetSetDef reader_getset[] = {
 };
 
 static PyMemberDef reader_members[] = {
-    {"r", T_PYSSIZET, offsetof(ReaderObject, r), READONLY, "this reader's index"},
+    {"r", T_PYSSIZET, offsetof(Cursor, r), READONLY, "this reader's index"},
     {NULL},
 };
 
@@ -380,5 +364,5 @@ static PyType_Slot reader_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec reader_spec = {"ringcast._protocol._ReaderSteps", sizeof(ReaderObject), 0,
+static PyType_Spec reader_spec = {"ringcast._protocol._ReaderSteps", sizeof(Cursor), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, reader_slots};

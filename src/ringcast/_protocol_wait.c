@@ -1,5 +1,5 @@
 /* _protocol_wait.c: the eventcount's steps (spec/Ring.tla's Park* and Notify* actions), part of
- * the ringcast._protocol extension: included by _protocol.c, which has the tracepoint (TRACE),
+ * the ringcast._protocol extension: included by _protocol.c, which has the tracepoint (trace),
  * the action names and the rules every step follows. */
 
 /* A (seq, waiters) pair of 32-bit words at fixed addresses of a mapping (ringcast.waiting: the
@@ -84,8 +84,11 @@ bump(PyObject *counters, PyObject *name)
     return rc;
 }
 
+/* How every eventcount step starts: its arguments (side, index, then `want` - 2 more), then its
+ * tracepoint (none for `action` NULL: notify, which is two steps). 0, or -1 with an exception set. */
 static int
-side_index(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *sig, Py_ssize_t *index)
+ec_begin(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *sig,
+         PyObject *action)
 {
     if (self->seq == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "this EventCount was never initialised: EventCount(seq_addr, waiters_addr, counters)");
@@ -95,18 +98,18 @@ side_index(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs, Py_s
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", sig, want, nargs);
         return -1;
     }
-    *index = PyLong_AsSsize_t(args[1]);
-    return (*index == -1 && PyErr_Occurred()) ? -1 : 0;
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    return action == NULL ? 0 : trace(action, args[0], index, Py_None);
 }
 
 /* Spec: ParkSnapshot. s := seq */
 static PyObject *
 ec_park_snapshot(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "_park_snapshot(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "_park_snapshot(side, index)", s_ParkSnapshot) < 0)
         return NULL;
-    TRACE(s_ParkSnapshot, args[0], index, Py_None);
     return PyLong_FromUnsignedLong(rc_load_u32(self->seq));
 }
 
@@ -114,10 +117,8 @@ ec_park_snapshot(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *
 ec_park_announce(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "_park_announce(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "_park_announce(side, index)", s_ParkAnnounce) < 0)
         return NULL;
-    TRACE(s_ParkAnnounce, args[0], index, Py_None);
     rc_fetch_add_u32(self->waiters, 1); /* F6W */
     Py_RETURN_NONE;
 }
@@ -127,8 +128,7 @@ ec_park_announce(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *
 ec_park_sleep(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 4, "_park_sleep(side, index, snapshot, timeout)", &index) < 0)
+    if (ec_begin(self, args, nargs, 4, "_park_sleep(side, index, snapshot, timeout)", s_ParkSleep) < 0)
         return NULL;
     unsigned long expected = PyLong_AsUnsignedLong(args[2]);
     if (expected == (unsigned long)-1 && PyErr_Occurred())
@@ -142,7 +142,6 @@ ec_park_sleep(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (timeout > 1e9) /* ~31 years: the sleep is capped by recheck_interval, which may be set that high */
         timeout = 1e9;
-    TRACE(s_ParkSleep, args[0], index, Py_None);
     if (bump(self->counters, s_parks) < 0)
         return NULL;
 #ifdef __linux__
@@ -168,10 +167,8 @@ ec_park_sleep(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 ec_park_retire(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "_park_retire(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "_park_retire(side, index)", s_ParkRetire) < 0)
         return NULL;
-    TRACE(s_ParkRetire, args[0], index, Py_None);
     rc_fetch_add_u32(self->waiters, (uint32_t)-1);
     Py_RETURN_NONE;
 }
@@ -181,10 +178,8 @@ ec_park_retire(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 ec_notify_load_waiters(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "_notify_load_waiters(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "_notify_load_waiters(side, index)", s_NotifyLoadWaiters) < 0)
         return NULL;
-    TRACE(s_NotifyLoadWaiters, args[0], index, Py_None);
     return PyLong_FromUnsignedLong(rc_fence_load_u32(self->waiters)); /* F6N */
 }
 
@@ -205,44 +200,39 @@ wake(uint32_t *seq)
 static PyObject *
 ec_notify_wake(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "_notify_wake(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "_notify_wake(side, index)", s_NotifyWake) < 0)
         return NULL;
-    TRACE(s_NotifyWake, args[0], index, Py_None);
     if (wake(self->seq) < 0 || bump(self->counters, s_wakeups) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
-/* NotifyLoadWaiters, then NotifyWake only if somebody is (about to be) parked. A subclass's
- * override of either step is called in its place. */
+typedef PyObject *(*ec_step)(EventCountObject *, PyObject *const *, Py_ssize_t);
+
+/* One of notify's steps: the C function on an EventCount, a subclass's override (by name) else. */
+static PyObject *
+notify_step(EventCountObject *self, ec_step fn, PyObject *name, PyObject *const *args)
+{
+    if (Py_TYPE(self) == EventCountType)
+        return fn(self, args, 2);
+    PyObject *slots[4] = {NULL, (PyObject *)self, args[0], args[1]}; /* slots[0]: the OFFSET flag's spare */
+    return PyObject_VectorcallMethod(name, slots + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* NotifyLoadWaiters, then NotifyWake only if somebody is (about to be) parked. */
 static PyObject *
 ec_notify(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_ssize_t index;
-    if (side_index(self, args, nargs, 2, "notify(side, index)", &index) < 0)
+    if (ec_begin(self, args, nargs, 2, "notify(side, index)", NULL) < 0)
         return NULL;
-    if (Py_TYPE(self) == EventCountType) {
-        PyObject *n = ec_notify_load_waiters(self, args, nargs);
-        if (n == NULL)
-            return NULL;
-        int any = PyObject_IsTrue(n);
-        Py_DECREF(n);
-        if (any < 0)
-            return NULL;
-        return any ? ec_notify_wake(self, args, nargs) : Py_NewRef(Py_None);
-    }
-    PyObject *callargs[3] = {(PyObject *)self, args[0], args[1]};
-    PyObject *n = PyObject_VectorcallMethod(s_notify_load_waiters_m, callargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *n = notify_step(self, ec_notify_load_waiters, s_notify_load_waiters_m, args);
     if (n == NULL)
         return NULL;
     int any = PyObject_IsTrue(n);
     Py_DECREF(n);
     if (any < 0)
         return NULL;
-    if (!any)
-        Py_RETURN_NONE;
-    return PyObject_VectorcallMethod(s_notify_wake_m, callargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    return any ? notify_step(self, ec_notify_wake, s_notify_wake_m, args) : Py_NewRef(Py_None);
 }
 
 /* Wake every sleeper unconditionally (shutdown: sleepers re-check and see why). Not a spec
