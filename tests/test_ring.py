@@ -290,14 +290,22 @@ def test_cursor_indices_and_readers_are_checked(ring):
     r.release()
 
 
-def test_an_uninitialised_cursor_or_eventcount_raises():
+@pytest.mark.parametrize("hooked", [False, True])
+def test_an_uninitialised_cursor_or_eventcount_raises(hooked):
     from ringcast._protocol import EventCount, _ReaderSteps, _WriterSteps
 
-    for step in (_WriterSteps.__new__(_WriterSteps)._writer_claim, _ReaderSteps.__new__(_ReaderSteps)._reader_copy):
+    calls = []
+    steps_mod.set_step_hook(calls.append if hooked else None)
+    try:
+        reader = _ReaderSteps.__new__(_ReaderSteps)
+        for step in (_WriterSteps.__new__(_WriterSteps)._writer_claim, reader._reader_copy, reader._reader_load_written):
+            with pytest.raises(RuntimeError, match="never initialised"):
+                step()
         with pytest.raises(RuntimeError, match="never initialised"):
-            step()
-    with pytest.raises(RuntimeError, match="never initialised"):
-        EventCount.__new__(EventCount).notify("writer", 0)
+            EventCount.__new__(EventCount).notify("writer", 0)
+    finally:
+        steps_mod.set_step_hook(None)
+    assert calls == []  # refused before the tracepoint
 
 
 def test_the_hook_is_one_value_and_must_be_callable():

@@ -46,6 +46,8 @@ acquire(Cursor *c, Py_buffer *view)
 static uint8_t *
 step_begin(Cursor *c, PyObject *action, PyObject *side, PyObject *reader, Py_buffer *view)
 {
+    if (c->buf == NULL) /* never initialised (a reader's side is not set either): acquire says so */
+        return acquire(c, view);
     if (trace(action, side, c->index, reader) < 0)
         return NULL;
     return acquire(c, view);
