@@ -4,11 +4,12 @@ Times the ring's hot path in one process through the protocol endpoints (ringcas
 MessageQueue runs): the writer endpoint publishes one message (claim, clear written, payload,
 clear the read flag, publish, NotifyLoadWaiters), the reader endpoint receives it (load written,
 load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nobody parked: 11
-step points.  The real classes (step hook None: one lookup per step) run against copies without
-any: the ring's and the eventcount's steps from src/ringcast/_protocol.c compiled with
-``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build, :func:`notrace_protocol`), and
-ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's source recompiled on it with
-every ``if _steps.hook is not None: ...`` removed.  Trials alternate between the two so that
+step points.  The real classes (step hook None: one NULL test per C step, one is-None test per
+Python one) run against copies without any: the ring's and the eventcount's steps from
+src/ringcast/_protocol.c compiled with ``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build,
+:func:`notrace_protocol`), and ringcast/ring.py's, ringcast/waiting.py's and
+ringcast/endpoint.py's source recompiled on it with every ``if _steps.hook is not None: ...``
+removed.  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  The stress suite can call :func:`measure`.
 
@@ -50,22 +51,23 @@ def notrace_protocol():
     untouched)."""
     global _notrace
     if _notrace is None:
-        out = Path(tempfile.mkdtemp(prefix="ringcast-notrace-")) / ("_protocol" + sysconfig.get_config_var("EXT_SUFFIX"))
-        cmd = ["cc", "-O2", "-shared", "-fPIC", "-DRINGCAST_NO_TRACEPOINTS", "-I", sysconfig.get_paths()["include"],
-               "-o", str(out), str(PROTOCOL_C)]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-        spec = importlib.util.spec_from_file_location("ringcast._protocol", out)
-        _notrace = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_notrace)
+        with tempfile.TemporaryDirectory(prefix="ringcast-notrace-") as tmp:  # loaded, the file can go
+            out = Path(tmp) / ("_protocol" + sysconfig.get_config_var("EXT_SUFFIX"))
+            cmd = ["cc", "-O2", "-shared", "-fPIC", "-DRINGCAST_NO_TRACEPOINTS", "-I", sysconfig.get_paths()["include"],
+                   "-o", str(out), str(PROTOCOL_C)]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+            spec = importlib.util.spec_from_file_location("ringcast._protocol", out)
+            _notrace = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(_notrace)
         if _notrace.TRACEPOINTS != 0:
-            raise RuntimeError(f"{out} was built with its tracepoints")
+            raise RuntimeError("the comparison build of _protocol.c has its tracepoints")
     return _notrace
 
 
 def stripped_module(mod, replace: dict | None = None):
     """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks, on the
     C steps without tracepoints (:func:`notrace_protocol`); returns (module namespace, how many
-    checks were removed, the C tracepoints among them). ``replace`` overrides names the module
+    checks were removed: the Python ones and the C tracepoints). ``replace`` overrides names the module
     imported (the stripped classes of the modules below it)."""
     src = textwrap.dedent(inspect.getsource(mod))
     tree = ast.parse(src)
