@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from _csource import c_unit
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "ringcast"
 C_FILE = SRC / "_atomics.c"
@@ -70,7 +72,7 @@ def c_fence_points(source: Path) -> dict[str, tuple[str, str]]:
     points: dict[str, tuple[str, str]] = {}
     fn = None
     call = re.compile(r"\b(" + "|".join(C_PRIMITIVES) + r")\(.*;\s*/\*\s*(F\d[NW]?)\b")
-    for line in "\n".join(p.read_text() for p in sorted(source.parent.glob(source.stem + "*.c"))).splitlines():
+    for line in c_unit(source).splitlines():
         if m := re.match(r"^(\w+)\(", line):
             fn = m.group(1)
         if (m := call.search(line)) and fn is not None:

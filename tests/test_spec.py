@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from _csource import c_unit
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
 SRC = ROOT / "src" / "ringcast"
@@ -79,7 +81,7 @@ def snake(name: str) -> str:
 def c_methods_of(path: Path) -> dict[str, set[str]]:
     """{type name: its method names} of a C extension: each PyType_Spec's name, its slots'
     Py_tp_methods table, that table's method names."""
-    text = "\n".join(p.read_text() for p in sorted(path.parent.glob(path.stem + "*.c")))  # with the parts it includes
+    text = c_unit(path)
     tables = {m.group(1): set(re.findall(r'^\s*\{"(\w+)",', m.group(2), flags=re.M))
               for m in re.finditer(r"static PyMethodDef (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
     slots = {m.group(1): re.search(r"Py_tp_methods, (\w+)\}", m.group(2)).group(1)

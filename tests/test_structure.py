@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from _csource import c_unit
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PKG = SRC / "ringcast"
@@ -175,9 +177,9 @@ def test_the_tlc_library_imports_nothing_of_the_protocol():
     assert not bad, bad
 
 
-#: the C extension with the ring's and the eventcount's steps (_protocol.c and the _protocol_*.c
-#: files it includes), and the names of its methods
-PROTOCOL_C = "\n".join(p.read_text() for p in sorted(PKG.glob("_protocol*.c")))
+#: the C extension with the ring's and the eventcount's steps (one translation unit), and the
+#: names of its methods
+PROTOCOL_C = c_unit(PKG / "_protocol.c")
 C_METHODS = set(re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)', PROTOCOL_C, flags=re.M))
 
 
