@@ -57,8 +57,12 @@ def notrace_protocol():
                    "-o", str(out), str(PROTOCOL_C)]
             subprocess.run(cmd, check=True, capture_output=True, timeout=120)
             spec = importlib.util.spec_from_file_location("ringcast._protocol", out)
-            _notrace = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(_notrace)
+            real = sys.modules["ringcast._protocol"]
+            try:
+                _notrace = importlib.util.module_from_spec(spec)  # a single-phase extension: it also
+                spec.loader.exec_module(_notrace)                 # registers itself in sys.modules
+            finally:
+                sys.modules["ringcast._protocol"] = real
         if _notrace.TRACEPOINTS != 0:
             raise RuntimeError("the comparison build of _protocol.c has its tracepoints")
     return _notrace
