@@ -2,7 +2,8 @@
 
 1. Build the C code, all of it on the primitives of ``src/ringcast/ringcast_fences.h``:
    ``ringcast._protocol`` (the ring's and the eventcount's atomic steps, one C function per spec
-   action) and ``ringcast._atomics`` (the fences the Python endpoints call, the futex) are
+   action, and the endpoints' per-message sequence) and ``ringcast._atomics`` (the fence the
+   tensor arena calls, a 32-bit load) are
    required: an install without a C compiler fails and says so. ``ringcast._litmus`` (the litmus
    tests of ``ringcast stress``) is optional: without it the ``fences`` scenario says it cannot run.
 2. Ship the repository's top-level ``spec/``, ``stress/`` and ``tools/`` folders inside the
@@ -35,7 +36,7 @@ def bundled_packages() -> dict[str, str]:
 BUNDLED = bundled_packages()
 FENCES_H = "src/ringcast/ringcast_fences.h"  # the one copy of every fence, included by every extension
 #: the files _protocol.c includes (one translation unit)
-PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("cursor", "ring", "wait")]
+PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("cursor", "ring", "wait", "endpoint")]
 
 setup(
     packages=find_packages("src") + list(BUNDLED),

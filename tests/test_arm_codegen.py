@@ -3,13 +3,14 @@
 The relaxed-memory models of spec/ (the ``relaxed_*`` and ``park_relaxed*`` models) assume that
 each fence the code has is a full fence.  On x86 every candidate instruction is one; on Arm only
 ``dmb ish`` (or a stronger barrier) is.  This test cross-compiles src/ringcast/_protocol.c (the
-ring's and the eventcount's steps) and src/ringcast/_atomics.c (the fence the Python endpoints
-call) with ``aarch64-linux-gnu-gcc -O2 -S`` (Debian: ``apt-get install -y gcc-aarch64-linux-gnu``;
+ring's and the eventcount's steps, the endpoints' sequence) and src/ringcast/_atomics.c (the
+fence the Python code calls: the tensor arena's) with ``aarch64-linux-gnu-gcc -O2 -S`` (Debian: ``apt-get install -y gcc-aarch64-linux-gnu``;
 .ci/run installs it) in each code generation an Arm build may use (outline atomics, LL/SC, LSE)
 and checks, from the assembly of the function each fence point is in:
 
 * F1, F3, F5 (``rc_fence()`` in the C steps ``writer_claim``, ``writer_publish``,
-  ``reader_ack``) and F4, F7 (``fence()`` calls of the endpoint): a ``dmb ish``;
+  ``reader_ack``) and F7, F4 (in the endpoints' ``wep_clear_flags_and_publish``, ``rep_ready``):
+  a ``dmb ish``;
 * F6N (NotifyLoadWaiters, ``ec_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
 * F6W (ParkAnnounce, ``ec_park_announce``): a ``dmb ish`` after its read-modify-write, before it
   returns.  A seq_cst RMW alone (``ldaxr``/``stlxr``, ``ldaddal``) lets a later plain load pass
@@ -97,6 +98,7 @@ def test_fence_points_are_found_in_the_code():
     assert points["F6W"][1:] == ("ec_park_announce", "fetch_add_u32"), points
     assert points["F6N"][1:] == ("ec_notify_load_waiters", "fence_load_u32"), points
     assert points["F1"][1] == "writer_claim" and points["F3"][1] == "writer_publish" and points["F5"][1] == "reader_ack", points
+    assert points["F7"][1] == "wep_clear_flags_and_publish" and points["F4"][1] == "rep_ready", points
 
 
 # --------------------------------------------------------------- assembly --

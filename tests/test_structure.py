@@ -4,10 +4,11 @@
 * no module over the project's hard limit of 500 lines: the package, tools/ and the stateful harness;
 * the TLC library (ringcast.tlc) imports nothing of the protocol;
 * the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of the cursors, C functions of
-  src/ringcast/_protocol.c that ringcast/ring.py's classes subclass) are called
-  by one production module, the endpoint layer, and by no program of the stateful harness or the
-  trace recorder (only the planted-bug variants may), which drive the endpoints instead; those
-  programs exist once (ringcast.trace.child);
+  src/ringcast/_protocol.c that ringcast/ring.py's classes subclass) are called by the endpoint
+  layer alone: in C by the per-message sequence (src/ringcast/_protocol_endpoint.c, which
+  ringcast/endpoint.py's classes subclass) and in Python by ringcast/endpoint.py, and by no
+  program of the stateful harness or the trace recorder (only the planted-bug variants may),
+  which drive the endpoints instead; those programs exist once (ringcast.trace.child);
 * no module reads or writes another module's private names (``mq._is_writer``,
   ``getattr(mq, "_x")``): ``self._x`` / ``cls._x`` and names the module defines itself are fine;
   that holds for the package (the trace recorder included) and the stateful harness, whose
@@ -197,7 +198,33 @@ def _wraps_protocol(path: Path) -> bool:
 def test_the_steps_are_read_from_the_c_code():
     assert {"_writer_claim", "_writer_publish", "_reader_copy", "_reader_ack"} <= _ring_steps()
     assert {"_park_announce", "_notify_load_waiters", "notify"} <= C_METHODS
-    assert {m for m, p in MODS.items() if _wraps_protocol(p)} == {"ringcast.ring", "ringcast.waiting"}
+    assert {m for m, p in MODS.items() if _wraps_protocol(p)} == {"ringcast.ring", "ringcast.waiting", "ringcast.endpoint"}
+
+
+def _c_step_functions() -> dict[str, str]:
+    """{C function: the ring step (method name) it is} from the cursors' method tables."""
+    return {fn: name for name, fn in re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)(\w+),', PROTOCOL_C, flags=re.M)
+            if name in _ring_steps()}
+
+
+def test_only_the_c_sequence_calls_the_c_steps():
+    """In the extension, a ring step's C function is named only where it is defined, in its
+    method table, and by the endpoints' sequence (_protocol_endpoint.c): no other C code runs a
+    step, and the sequence calls each step it runs as the C function (or its override)."""
+    fns = _c_step_functions()
+    assert {"writer_claim", "writer_publish", "reader_copy", "reader_ack"} <= fns.keys(), fns
+    seq = (PKG / "_protocol_endpoint.c").read_text()
+    others = {f.name: f.read_text() for f in sorted(PKG.glob("_protocol*.c")) if f.name != "_protocol_endpoint.c"}
+    bad = {}
+    for name, text in others.items():
+        for fn in fns:
+            uses = [line for line in text.splitlines() if re.search(rf"\b{fn}\b", line)
+                    and not re.match(rf"^{fn}\(", line) and not re.search(rf"\(PyCFunction\){fn},", line)]
+            if uses:
+                bad[f"{name}: {fn}"] = uses
+    assert not bad, f"C code outside the endpoint sequence naming a ring step: {bad}"
+    called = {fn for fn in fns if re.search(rf"\(PyCFunction\){fn}\b", seq)}
+    assert called == set(fns) - {"writer_evict"}, sorted(set(fns) - called)  # eviction: endpoint.py's evict_dead
 
 
 def _step_calls(path: Path, steps: set[str]) -> set[str]:

@@ -3,7 +3,8 @@
  *
  * This is the one copy of these steps. ringcast.ring subclasses the two cursor types
  * (RingWriter, RingReader: construction from a ShmRingBuffer, diagnostics) and ringcast.waiting
- * re-exports EventCount; ringcast.endpoint orders the steps (the only caller, as before). Each
+ * re-exports EventCount; ringcast.endpoint's classes subclass the endpoint types, whose
+ * per-message sequence (_protocol_endpoint.c) orders the steps and is their only caller. Each
  * function below is tagged with its spec action (`Spec: WriterClaim`) and does, in order:
  *
  *   1. the tracepoint: if a step hook is set, call hook(action, side, index, reader)
@@ -18,15 +19,16 @@
  *
  * Fences (ringcast_fences.h; which are needed is what TLC shows, docs/spec.md "Fence table"):
  * F1 in WriterClaim, F3 in WriterPublish, F5 in ReaderAck, F6W in ParkAnnounce, F6N in
- * NotifyLoadWaiters. F7 and F4 sit between two steps: ringcast.endpoint calls them
- * (ringcast.atomics.fence). tests/test_arm_codegen.py reads the `F<n>` comments of this file and
- * checks that each such function has a full barrier in its AArch64 code.
+ * NotifyLoadWaiters. F7 and F4 sit between two steps: the endpoints' sequence has them
+ * (_protocol_endpoint.c: _clear_flags_and_publish, ready). tests/test_arm_codegen.py reads the
+ * `F<n>` comments of this file and checks that each such function has a full barrier in its
+ * AArch64 code.
  *
  * The flag bytes are loaded and stored single-copy atomically without ordering of their own
  * (rc_load_u8 / rc_store_u8): the spec's relaxed model, in which only the fences order them.
  *
  * Python subclasses may override any step (tests/stateful/variants.py, the planted bugs): the
- * endpoints look the steps up by name. EventCount.notify, the one method here that runs two
+ * endpoints' sequence calls an override by name instead of the C function. EventCount.notify, the one method here that runs two
  * steps, calls a subclass's override the same way (tests/test_waiting.py's dropped wake-up).
  */
 #define PY_SSIZE_T_CLEAN
@@ -87,11 +89,13 @@ trace(PyObject *action, PyObject *side, Py_ssize_t index, PyObject *reader)
             return NULL;                                                                             \
     } while (0)
 
-/* The cursors and the steps, in three files of this one extension (a unity build: they share
- * the tracepoint, the action names and the hook, and compile as one translation unit). */
+/* The cursors, the steps and the endpoints' sequence, in four files of this one extension (a
+ * unity build: they share the tracepoint, the action names and the hook, and compile as one
+ * translation unit). */
 #include "_protocol_cursor.c"
 #include "_protocol_ring.c"
 #include "_protocol_wait.c"
+#include "_protocol_endpoint.c"
 
 /* --------------------------------------------------------------------------------- the module -- */
 
@@ -147,6 +151,19 @@ PyInit__protocol(void)
         {&s_ParkRetire, "ParkRetire"}, {&s_NotifyLoadWaiters, "NotifyLoadWaiters"}, {&s_NotifyWake, "NotifyWake"},
         {&s_notify_load_waiters_m, "_notify_load_waiters"}, {&s_notify_wake_m, "_notify_wake"},
         {&s_parks, "parks"}, {&s_wakeups, "wakeups"},
+        /* the endpoints' (_protocol_endpoint.c) */
+        {&s_m_writer_claim, "_writer_claim"}, {&s_m_writer_clear_written, "_writer_clear_written"},
+        {&s_m_writer_write_payload, "_writer_write_payload"}, {&s_m_writer_clear_read_flag, "_writer_clear_read_flag"},
+        {&s_m_writer_publish, "_writer_publish"}, {&s_m_reader_load_written, "_reader_load_written"},
+        {&s_m_reader_load_read_flag, "_reader_load_read_flag"}, {&s_m_reader_copy, "_reader_copy"},
+        {&s_m_reader_check_evicted, "_reader_check_evicted"}, {&s_m_reader_ack, "_reader_ack"},
+        {&s_m_notify, "notify"}, {&s_m_ready, "ready"}, {&s_m_wait_ready, "wait_ready"}, {&s_m_claim, "claim"},
+        {&s_m_claim_message, "_claim_message"}, {&s_m_clear_flags_and_publish, "_clear_flags_and_publish"},
+        {&s_m_wait, "_wait"}, {&s_m_finish, "_finish"}, {&s_m_aborted, "_aborted"},
+        {&s_m_send_overflow, "_writer_send_overflow"}, {&s_m_recv_overflow, "_reader_recv_overflow"},
+        {&s_m_evicted_error, "_evicted_error"}, {&s_m_release, "release"}, {&s_parks_on, "parks_on"},
+        {&s_timeout, "timeout"}, {&s_overflow, "overflow"}, {&s_split_payload, "split_payload"},
+        {&s_unpublished, "unpublished"}, {&s_deadline, "deadline"}, {&s_parts, "parts"}, {&s_copy_out, "copy_out"},
     };
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (intern(names[k].slot, names[k].s) < 0)
@@ -154,14 +171,22 @@ PyInit__protocol(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    PyObject *w = PyType_FromSpec(&writer_spec), *r = PyType_FromSpec(&reader_spec);
-    EventCountType = (PyTypeObject *)PyType_FromSpec(&ec_spec); /* kept for the module's life */
-    int bad = w == NULL || r == NULL || EventCountType == NULL || PyModule_AddObjectRef(m, "_WriterSteps", w) < 0 ||
-              PyModule_AddObjectRef(m, "_ReaderSteps", r) < 0 ||
+    /* the types are kept for the module's life (the endpoints compare against them) */
+    WriterStepsType = (PyTypeObject *)PyType_FromSpec(&writer_spec);
+    ReaderStepsType = (PyTypeObject *)PyType_FromSpec(&reader_spec);
+    EventCountType = (PyTypeObject *)PyType_FromSpec(&ec_spec);
+    WriterEndpointType = (PyTypeObject *)PyType_FromSpec(&wep_spec);
+    ReaderEndpointType = (PyTypeObject *)PyType_FromSpec(&rep_spec);
+    overflow_marker = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    int bad = WriterStepsType == NULL || ReaderStepsType == NULL || EventCountType == NULL || WriterEndpointType == NULL ||
+              ReaderEndpointType == NULL || overflow_marker == NULL ||
+              PyModule_AddObjectRef(m, "_WriterSteps", (PyObject *)WriterStepsType) < 0 ||
+              PyModule_AddObjectRef(m, "_ReaderSteps", (PyObject *)ReaderStepsType) < 0 ||
               PyModule_AddObjectRef(m, "EventCount", (PyObject *)EventCountType) < 0 ||
+              PyModule_AddObjectRef(m, "_WriterEndpoint", (PyObject *)WriterEndpointType) < 0 ||
+              PyModule_AddObjectRef(m, "_ReaderEndpoint", (PyObject *)ReaderEndpointType) < 0 ||
+              PyModule_AddObjectRef(m, "OVERFLOW", overflow_marker) < 0 ||
               PyModule_AddIntConstant(m, "TRACEPOINTS", RC_TRACEPOINTS) < 0;
-    Py_XDECREF(w);
-    Py_XDECREF(r);
     if (bad) {
         Py_DECREF(m);
         return NULL;

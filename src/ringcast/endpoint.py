@@ -7,6 +7,17 @@ them in the order spec/Ring.tla proves, and is the only caller of the ring's ste
 the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
 
+The per-message sequence itself (``publish``, ``claim``, ``_claim_message``,
+``_clear_flags_and_publish``; ``ready``, ``wait_ready``, ``receive``) is C, in the base classes
+``ringcast._protocol._WriterEndpoint`` / ``_ReaderEndpoint`` (src/ringcast/_protocol_endpoint.c),
+which call the C steps directly; there is no Python copy of it. What is not per message stays
+here: construction, the entry to the wait loop (``_wait``, taken only when the first look
+fails), the abort and owed bookkeeping (``_aborted``, ``_finish``), the overflow steps (their
+I/O is the observer's), eviction and the zero-copy ``write_chunk`` / ``read_chunk``. A subclass
+that overrides any method the sequence calls (the planted-bug variants of tests/stateful: a
+cursor's ``_writer_claim``, an endpoint's ``ready`` or ``_clear_flags_and_publish``) runs inside
+the same sequence: the C code calls the override by name.
+
 Writer, one message (:meth:`WriterEndpoint.publish`)::
 
     WriterClaim (spin, then park on read_seq until a chunk is free)
@@ -67,16 +78,16 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from . import steps as _steps
-from .atomics import fence
+from ._protocol import OVERFLOW, _ReaderEndpoint, _WriterEndpoint
 from .errors import DeadReaderError, EvictedError, RingTimeoutError
 from .ring import RingReader, RingWriter, ShmRingBuffer
 from .waiting import Counters, EventCount, Waiter, WaitPolicy
 
 __all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
 
-#: What a reader's ``copy_out`` returns for a chunk that is an overflow marker: the message's
-#: payload follows on the overflow channel.
-OVERFLOW = object()
+# OVERFLOW: what a reader's ``copy_out`` returns for a chunk that is an overflow marker (the
+# message's payload follows on the overflow channel); defined by ringcast._protocol, whose
+# receive tests for it.
 
 
 class Observer:
@@ -157,7 +168,7 @@ class _Endpoint:
         return self.observer.timeout_error(self, waited)
 
 
-class WriterEndpoint(_Endpoint):
+class WriterEndpoint(_Endpoint, _WriterEndpoint):
     """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads
     (MessageQueue: on its ipc socket) and says what a long wait means; ``evict_dead_readers``:
     a reader found dead while the writer waits for it is evicted (else the observer's
@@ -180,54 +191,28 @@ class WriterEndpoint(_Endpoint):
         self.wake_owed = False
         self.what = "writer waiting for a free chunk"
 
-    # -- the sequence ----------------------------------------------------------------------------
-    def claim(self, timeout: float | None = None) -> None:
-        """WriterClaim until the chunk at the cursor is free: spin, then park (at most
-        ``timeout`` seconds; then the observer's ``timeout_error``)."""
-        w = self.cursor
-        if w._writer_claim():
-            return
-        self._wait(w._writer_claim, self.parks_on, "writer", timeout)
-
-    def publish(self, parts, timeout: float | None = None, overflow=None, *, split_payload: bool = False,
-                unpublished=None) -> None:
-        """Broadcast one message: claim a chunk (waiting at most ``timeout`` seconds), write
-        ``parts`` into it, send ``overflow`` (a list of frames, or None) on the overflow channel,
-        publish, wake parked readers.
-
-        If an exception ends it before anything of the message left the process, the message
-        is dropped and ``unpublished()`` runs (if given) before the exception propagates; after
-        that it is finished first (see the module docstring). A message an earlier exception
-        left owed is finished before this one.
-
-        ``split_payload`` writes ``parts[0]`` alone first (the chunk is torn: new header, old
-        body), then every part: the spec's ``TwoStepPayload``, which the stateful harness and
-        the trace recorder use to exercise torn chunks."""
-        w = self.cursor
-        c = -1
-        try:
-            c = self._claim_message(timeout)
-            if split_payload:
-                w._writer_write_payload(parts[:1])
-            w._writer_write_payload(parts)
-            if overflow is not None:
-                self._writer_send_overflow(overflow)
-            self._clear_flags_and_publish()
-            self.notifies.notify("writer", w.index)
-        except BaseException:
-            self._aborted(c, unpublished)
-            raise
-
-    def _claim_message(self, timeout: float | None) -> int:
-        """Finish what an earlier exception left owed, claim the chunk at the cursor and clear
-        its written byte; return the chunk."""
-        if self.owed is not None or self.wake_owed:
-            self._finish()
-        w = self.cursor
-        c = w.index
-        self.claim(timeout)
-        w._writer_clear_written()
-        return c
+    # -- the sequence: publish, claim, _claim_message, _clear_flags_and_publish are C ------------
+    # (ringcast._protocol._WriterEndpoint, src/ringcast/_protocol_endpoint.c):
+    #
+    # publish(parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)
+    #     Broadcast one message: claim a chunk (waiting at most ``timeout`` seconds), write
+    #     ``parts`` into it, send ``overflow`` (a list of frames, or None) on the overflow
+    #     channel, publish, wake parked readers. If an exception ends it before anything of the
+    #     message left the process, the message is dropped and ``unpublished()`` runs (if given)
+    #     before the exception propagates; after that it is finished first (the module
+    #     docstring; ``_aborted``). A message an earlier exception left owed is finished before
+    #     this one. ``split_payload`` writes ``parts[0]`` alone first (the chunk is torn: new
+    #     header, old body), then every part: the spec's ``TwoStepPayload``, which the stateful
+    #     harness and the trace recorder use to exercise torn chunks.
+    # claim(timeout=None)
+    #     WriterClaim until the chunk at the cursor is free: one look, then spin and park
+    #     (``_wait``; at most ``timeout`` seconds, then the observer's ``timeout_error``).
+    # _claim_message(timeout) -> chunk
+    #     Finish what an earlier exception left owed (``_finish``), claim the chunk at the
+    #     cursor and clear its written byte (WriterClearWritten).
+    # _clear_flags_and_publish()
+    #     F7, clear every live reader's flag, then WriterPublish (the order spec/Ring.tla
+    #     proves); ``owed`` := None.
 
     def _aborted(self, c: int, unpublished) -> None:
         """An exception ended the message at chunk ``c`` (-1: before its written byte was
@@ -273,15 +258,6 @@ class WriterEndpoint(_Endpoint):
             self._aborted(c, None)
             raise
 
-    def _clear_flags_and_publish(self) -> None:
-        """Clear every live reader's flag, then publish (the order spec/Ring.tla proves)."""
-        w = self.cursor
-        fence()  # F7: the payload is visible before any reader can see its flag cleared
-        for r in w.live_readers:
-            w._writer_clear_read_flag(r)
-        w._writer_publish()
-        self.owed = None  # (an exception before this store: _finish sees the chunk published)
-
     # Spec: WriterSendOverflow
     def _writer_send_overflow(self, frames) -> None:
         if _steps.hook is not None:
@@ -316,7 +292,7 @@ class WriterEndpoint(_Endpoint):
         return self.cursor.unread_readers()
 
 
-class ReaderEndpoint(_Endpoint):
+class ReaderEndpoint(_Endpoint, _ReaderEndpoint):
     """Reader ``r``'s side of a ring. ``observer`` (:class:`Observer`) receives overflow payloads
     (MessageQueue: from its ipc socket, honouring the deadline, shutdown and a dead writer) and
     checks the writer while the reader is parked."""
@@ -332,49 +308,33 @@ class ReaderEndpoint(_Endpoint):
         self.owed = False
         self.what = f"reader {r} waiting for a message"
 
-    # -- the sequence ----------------------------------------------------------------------------
-    def ready(self) -> bool:
-        """ReaderLoadWritten, ReaderLoadReadFlag: is the chunk at the cursor written and not yet
-        read by us? (It short-circuits: after ``written = 0`` it does not load its flag.)"""
-        c = self.cursor
-        if c._reader_load_written() != 1 or c._reader_load_read_flag() != 0:
-            return False
-        fence()  # F4: the copy reads the payload published with the flags just loaded
-        return True
+    # -- the sequence: ready, wait_ready, receive are C -------------------------------------------
+    # (ringcast._protocol._ReaderEndpoint, src/ringcast/_protocol_endpoint.c):
+    #
+    # ready() -> bool
+    #     ReaderLoadWritten, ReaderLoadReadFlag (short-circuit: after ``written = 0`` it does
+    #     not load its flag), then F4: is the chunk at the cursor written and not yet read by us?
+    # wait_ready(timeout=None)
+    #     Look until ``ready()``: one look, then spin and park (``_wait``; at most ``timeout``
+    #     seconds).
+    # receive(copy_out, timeout=None, deadline=None) -> (kept, None) | (None, frames)
+    #     Receive the next message. ``copy_out(view)`` runs on the chunk's memoryview during
+    #     ReaderCopy and returns what to keep (it must copy: the chunk is reused after the ack;
+    #     the view is released when it returns), or :data:`OVERFLOW` for a marker chunk; then
+    #     ReaderCheckEvicted (``_evicted_error``), ReaderAck and the writer's wake-up, the last
+    #     two also when copy_out raised. Returns ``(kept, None)``, or ``(None, frames)`` for a
+    #     message that came over the overflow channel (``_reader_recv_overflow``, also first,
+    #     for a payload an earlier receive acked the marker of but timed out on). ``deadline``
+    #     (``time.monotonic()`` seconds) bounds the overflow receive, ``timeout`` the wait for
+    #     the chunk.
 
-    def wait_ready(self, timeout: float | None = None) -> None:
-        """Look until :meth:`ready`: spin, then park (at most ``timeout`` seconds)."""
-        if self.ready():
-            return
-        self._wait(self.ready, self.parks_on, self.r, timeout)
-
-    def receive(self, copy_out, timeout: float | None = None, deadline: float | None = None):
-        """Receive the next message. ``copy_out(view)`` runs on the chunk's memoryview during
-        ReaderCopy and returns what to keep (it must copy: the chunk is reused after the ack),
-        or :data:`OVERFLOW` for a marker chunk. Returns ``(kept, None)``, or ``(None, frames)``
-        for a message that came over the overflow channel. ``deadline`` (``time.monotonic()``
-        seconds) bounds the overflow receive, ``timeout`` the wait for the chunk. If copy_out
-        raises, the chunk is acked all the same and the exception propagates."""
-        if self.owed:  # an earlier receive acked a marker but timed out on its payload
-            return None, self._reader_recv_overflow(deadline, timeout)
-        self.wait_ready(timeout)
-        c = self.cursor
-        try:
-            with c._reader_copy() as view:
-                kept = copy_out(view)
-            if c._reader_check_evicted():
-                raise EvictedError(
-                    f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
-                    "writer cannot see into, or a stale pid) while it copied a chunk, which the writer may have "
-                    "refilled; the copy is dropped and this reader receives nothing more: rejoin a new queue"
-                )
-        finally:
-            c._reader_ack()
-            self.notifies.notify(self.r, c.index)
-        if kept is OVERFLOW:
-            self.owed = True
-            return None, self._reader_recv_overflow(deadline, timeout)
-        return kept, None
+    def _evicted_error(self) -> EvictedError:
+        """What receive raises when the writer evicted this reader while it copied a chunk."""
+        return EvictedError(
+            f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
+            "writer cannot see into, or a stale pid) while it copied a chunk, which the writer may have "
+            "refilled; the copy is dropped and this reader receives nothing more: rejoin a new queue"
+        )
 
     @contextmanager
     def read_chunk(self, timeout: float | None = None):

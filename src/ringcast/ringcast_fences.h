@@ -1,14 +1,14 @@
 /* ringcast_fences.h: every fence and atomic primitive of ringcast, in one place.
  *
- * Included by src/ringcast/_protocol.c (the ring's and the eventcount's steps),
- * src/ringcast/_atomics.c (the fences the Python endpoints call: F4, F7) and by
+ * Included by src/ringcast/_protocol.c (the ring's and the eventcount's steps and the endpoints'
+ * sequence), src/ringcast/_atomics.c (ringcast.atomics.fence: the tensor arena's fences) and by
  * src/ringcast/_litmus.c (the litmus tests of `ringcast stress`, docs/stress.md), so the litmus
  * tests exercise the very instructions the ring runs: there is no second copy of a fence.
  *
  * - rc_fence(): a sequentially consistent thread fence. x86-64: GCC >= 11 emits
  *   `lock orq $0,(%rsp)` (a locked RMW on the stack, a full barrier cheaper than mfence; older
  *   compilers emit mfence); AArch64: `dmb ish`. The ring's fence points F1, F3, F4, F5, F7
- *   (ringcast.atomics.fence(), docs/protocol.md "Fences") are this.
+ *   (docs/protocol.md "Fences") and the arena's (ringcast.atomics.fence()) are this.
  * - rc_fence_load_u32(): F6N + NotifyLoadWaiters, a full fence then an atomic load.
  * - rc_fetch_add_u32(): F6W (ParkAnnounce) and every other eventcount RMW: the seq_cst RMW, then
  *   a full fence. A seq_cst RMW alone is not a full fence on AArch64 (ldaxr/stlxr or ldaddal: a

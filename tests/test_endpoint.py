@@ -1,0 +1,158 @@
+"""The endpoints' per-message sequence, which is C (src/ringcast/_protocol_endpoint.c): its
+arguments, its bad uses, the view it lends copy_out, exceptions on the way out, and subclasses'
+overrides running inside it. The sequence's order and its protocol are the spec's and the
+stateful harness's (tests/stateful); these are the C function's own edges."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringcast import ShmRingBuffer
+from ringcast import steps as steps_mod
+from ringcast._protocol import _ReaderEndpoint, _WriterEndpoint
+from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
+from ringcast.ring import RingReader, RingWriter
+from ringcast.waiting import EventCount, WaitPolicy
+
+POLICY = WaitPolicy(spin=0.0, recheck_interval=0.01)
+
+
+@pytest.fixture
+def ring():
+    rb = ShmRingBuffer(2, 64, 2)
+    yield rb
+    rb.close()
+    rb.unlink()
+
+
+def test_arguments_are_checked_by_name_and_position(ring):
+    w, r = WriterEndpoint(ring, POLICY), ReaderEndpoint(ring, 0, POLICY)
+    with pytest.raises(TypeError, match="missing required argument 'parts'"):
+        w.publish()
+    with pytest.raises(TypeError, match="at most 3 positional"):
+        w.publish((b"x",), 0, None, True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'timout'"):
+        w.publish((b"x",), timout=0)
+    with pytest.raises(TypeError, match="multiple values for 'timeout'"):
+        w.publish((b"x",), 0, timeout=0)
+    with pytest.raises(TypeError, match="missing required argument 'copy_out'"):
+        r.receive(timeout=0)
+    with pytest.raises(TypeError, match="at most 1 positional"):
+        r.wait_ready(0, 1)
+    assert ring.flags(0) == b"\x00\x00\x00" and w.index == 0  # nothing ran
+    w.publish(parts=(b"ab",), timeout=0, overflow=None, split_payload=True, unpublished=None)
+    assert r.receive(copy_out=lambda v: bytes(v[:2]), deadline=None, timeout=0) == (b"ab", None)
+    r.release()
+
+
+def test_the_cursor_is_the_sides_and_set_once(ring):
+    w = WriterEndpoint(ring, POLICY)
+    with pytest.raises(AttributeError, match="set once"):
+        w.cursor = RingWriter(ring)
+    with pytest.raises(TypeError, match="_WriterSteps"):
+        WriterEndpoint(ring, POLICY, cursor=RingReader(ring, 0))
+    with pytest.raises(TypeError, match="EventCount"):
+        w.notifies = object()
+    with pytest.raises(TypeError, match="_ReaderSteps"):
+        ReaderEndpoint(ring, 0, POLICY, cursor=RingWriter(ring))
+
+
+def test_an_endpoint_never_built_from_a_ring_raises():
+    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._clear_flags_and_publish,
+                 _ReaderEndpoint().ready, lambda: _ReaderEndpoint().receive(bytes)):
+        with pytest.raises(RuntimeError, match="no cursor"):
+            call()
+
+
+def test_the_view_is_released_after_copy_out_and_the_chunk_acked_if_it_raised(ring):
+    w, r = WriterEndpoint(ring, POLICY), ReaderEndpoint(ring, 0, POLICY)
+    w.publish((b"one",), timeout=0)
+    kept = []
+    assert r.receive(lambda v: kept.append(v) or "k", timeout=0) == ("k", None)
+    with pytest.raises(ValueError, match="released"):
+        bytes(kept[0])  # a view kept past the copy is released, as `with view:` releases it
+    w.publish((b"two",), timeout=0)
+
+    def bad(view):
+        raise KeyError("copy")
+
+    with pytest.raises(KeyError, match="copy"):
+        r.receive(bad, timeout=0)
+    assert ring.flags(1)[1] == 1 and r.index == 0  # acked and moved on all the same
+    r.release()
+
+
+def test_an_exception_in_the_ack_chains_the_copys(ring):
+    w, r = WriterEndpoint(ring, POLICY), ReaderEndpoint(ring, 0, POLICY)
+    w.publish((b"x",), timeout=0)
+
+    def hook(action, side, index, reader):
+        if action == "ReaderAck":
+            raise RuntimeError("at the ack")
+
+    def bad(view):
+        raise KeyError("copy")
+
+    steps_mod.set_step_hook(hook)
+    try:
+        with pytest.raises(RuntimeError, match="at the ack") as info:
+            r.receive(bad, timeout=0)
+    finally:
+        steps_mod.set_step_hook(None)
+    assert isinstance(info.value.__context__, KeyError)
+    r.release()
+
+
+def test_a_failing_unpublished_callback_chains_the_abort(ring):
+    w = WriterEndpoint(ring, POLICY)
+
+    def hook(action, side, index, reader):
+        if action == "WriterWritePayload":
+            raise TimeoutError("at the payload")
+
+    def unpublished():
+        raise LookupError("in unpublished")
+
+    steps_mod.set_step_hook(hook)
+    try:
+        with pytest.raises(LookupError, match="in unpublished") as info:
+            w.publish((b"x",), timeout=0, unpublished=unpublished)
+    finally:
+        steps_mod.set_step_hook(None)
+    assert isinstance(info.value.__context__, TimeoutError)
+    assert ring.flags(0)[0] == 0 and w.index == 0  # dropped: the chunk is still the next one's
+    w.publish((b"y",), timeout=0)
+    assert ring.flags(0)[0] == 1
+
+
+def test_overrides_run_inside_the_sequence(ring):
+    """What the planted-bug variants rely on: the C sequence calls a subclass's method by name."""
+    calls = []
+
+    class Cursor(RingWriter):
+        def _writer_claim(self):
+            calls.append("claim")
+            return super()._writer_claim()
+
+    class Writer(WriterEndpoint):
+        def _clear_flags_and_publish(self):
+            calls.append("publish")
+            super()._clear_flags_and_publish()
+
+    class Reader(ReaderEndpoint):
+        def ready(self):
+            calls.append("ready")
+            return super().ready()
+
+    class Notifies(EventCount):
+        def notify(self, side, index):
+            calls.append(("notify", side))
+            return super().notify(side, index)
+
+    w = Writer(ring, POLICY, cursor=Cursor(ring))
+    w.notifies = Notifies(*ring.write_seq_addrs(), w.counters)
+    r = Reader(ring, 1, POLICY)
+    w.publish((b"x",), timeout=0)
+    assert r.receive(lambda v: bytes(v[:1]), timeout=0) == (b"x", None)
+    assert calls == ["claim", "publish", ("notify", "writer"), "ready"]
+    r.release()
