@@ -326,3 +326,55 @@ def test_close_from_another_thread_while_parked_waits_for_the_waiter():
         assert isinstance(box.get("error"), Cancelled) and r._busy == 0
     finally:
         g.close()
+
+
+class _Clock:
+    """A clock that moves ``step`` seconds per read (the harness's virtual time does the same)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step, self.reads = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+def test_the_spin_phase_follows_the_clock_it_is_given():
+    """The spin phase (C) reads the clock it is passed, the waiting module's ``time.monotonic``
+    (which the stateful harness replaces): with a clock that moves 1 s per read, a 3.5 s spin
+    yields 3 times and looks 4 + tight_looks times, whatever the real time."""
+    looks, clock, counters = [], _Clock(1.0), waiting.Counters()
+    assert waiting.spin(lambda: looks.append(1) and False, clock, 3.5, None, [False], 2, counters) is False
+    assert (len(looks), clock.reads, counters.spins) == (6, 4, 3)
+    clock = _Clock(1.0)
+    assert waiting.spin(lambda: False, clock, 3.5, 1.5, [False], 0, counters) is False  # the deadline first
+    assert (clock.reads, counters.spins) == (2, 4)
+    assert waiting.spin(lambda: len(looks) > 7 or looks.append(1), _Clock(1.0), 1e9, None, [False], 0, counters) is True
+
+
+def test_the_spin_phase_stops_at_shutdown_and_on_an_exception():
+    counters = waiting.Counters()
+    cancelled = [False]
+
+    def ready():
+        cancelled[0] = True  # shutdown() from another thread, between two looks
+        return False
+
+    assert waiting.spin(ready, _Clock(0.0), 1e9, None, cancelled, 0, counters) is False  # the park phase raises
+    assert counters.spins == 1
+    n = []
+
+    def failing():
+        n.append(1)
+        if len(n) == 3:
+            raise KeyError("in ready")
+        return False
+
+    with pytest.raises(KeyError, match="in ready"):
+        waiting.spin(failing, _Clock(0.0), 1e9, None, [False], 0, counters)
+    assert counters.spins == 1 + 2  # the yields before the exception are counted
+    with pytest.raises(TypeError, match="one-element list"):
+        waiting.spin(failing, _Clock(0.0), 1.0, None, [], 0, counters)
+    with pytest.raises(TypeError, match="7 arguments|spin\\(ready, clock"):
+        waiting.spin(failing)

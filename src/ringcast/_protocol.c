@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <sched.h>
 #include <string.h>
 #include "ringcast_fences.h"
 
@@ -45,7 +46,7 @@ static PyObject *s_writer;
 static PyObject *s_WriterClaim, *s_WriterClearWritten, *s_WriterWritePayload, *s_WriterClearReadFlag,
     *s_WriterPublish, *s_WriterEvict, *s_ReaderLoadWritten, *s_ReaderLoadReadFlag, *s_ReaderCopy,
     *s_ReaderAck, *s_ParkSnapshot, *s_ParkAnnounce, *s_ParkSleep, *s_ParkRetire, *s_NotifyLoadWaiters,
-    *s_NotifyWake, *s_notify_load_waiters_m, *s_notify_wake_m, *s_parks, *s_wakeups;
+    *s_NotifyWake, *s_notify_load_waiters_m, *s_notify_wake_m, *s_parks, *s_wakeups, *s_spins;
 
 /* The tracepoint: 0 to go on, -1 with an exception set (the hook raised).
  * Test-only switch: -DRINGCAST_NO_TRACEPOINTS compiles every tracepoint out (the comparison build
@@ -122,6 +123,8 @@ get_hook(PyObject *self, PyObject *unused)
 static PyMethodDef module_methods[] = {
     {"set_hook", (PyCFunction)set_hook, METH_O, "Install (None: remove) the step hook; use ringcast.steps.set_step_hook."},
     {"get_hook", (PyCFunction)get_hook, METH_NOARGS, "The step hook, or None."},
+    {"spin", (PyCFunction)(void (*)(void))wait_spin, METH_FASTCALL,
+     "spin(ready, clock, spin_end, deadline, cancelled, tight_looks, counters) -> bool: a wait's spin phase."},
     {NULL},
 };
 
@@ -150,7 +153,7 @@ PyInit__protocol(void)
         {&s_ParkSnapshot, "ParkSnapshot"}, {&s_ParkAnnounce, "ParkAnnounce"}, {&s_ParkSleep, "ParkSleep"},
         {&s_ParkRetire, "ParkRetire"}, {&s_NotifyLoadWaiters, "NotifyLoadWaiters"}, {&s_NotifyWake, "NotifyWake"},
         {&s_notify_load_waiters_m, "_notify_load_waiters"}, {&s_notify_wake_m, "_notify_wake"},
-        {&s_parks, "parks"}, {&s_wakeups, "wakeups"},
+        {&s_parks, "parks"}, {&s_wakeups, "wakeups"}, {&s_spins, "spins"},
         /* the endpoints' (_protocol_endpoint.c) */
         {&s_m_writer_claim, "_writer_claim"}, {&s_m_writer_clear_written, "_writer_clear_written"},
         {&s_m_writer_write_payload, "_writer_write_payload"}, {&s_m_writer_clear_read_flag, "_writer_clear_read_flag"},

@@ -67,14 +67,14 @@ ec_dealloc(EventCountObject *self)
     Py_DECREF(tp);
 }
 
-/* counters.<name> += 1 (a Python attribute: the counters are the queue's, snapshotted by statistics()) */
+/* counters.<name> += n (a Python attribute: the counters are the queue's, snapshotted by statistics()) */
 static int
-bump(PyObject *counters, PyObject *name)
+bump_by(PyObject *counters, PyObject *name, long n)
 {
     PyObject *v = PyObject_GetAttr(counters, name);
     if (v == NULL)
         return -1;
-    PyObject *one = PyLong_FromLong(1), *w = one ? PyNumber_Add(v, one) : NULL;
+    PyObject *one = PyLong_FromLong(n), *w = one ? PyNumber_Add(v, one) : NULL;
     Py_DECREF(v);
     Py_XDECREF(one);
     if (w == NULL)
@@ -83,6 +83,8 @@ bump(PyObject *counters, PyObject *name)
     Py_DECREF(w);
     return rc;
 }
+
+#define bump(counters, name) bump_by((counters), (name), 1)
 
 /* How every eventcount step starts: its arguments (side, index, then `want` - 2 more), then its
  * tracepoint (none for `action` NULL: notify, which is two steps). 0, or -1 with an exception set. */
@@ -300,3 +302,77 @@ static PyType_Slot ec_slots[] = {
 
 static PyType_Spec ec_spec = {"ringcast._protocol.EventCount", sizeof(EventCountObject), 0,
                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, ec_slots};
+
+/* ------------------------------------------------------------------ the spin phase of a wait -- */
+
+/* One look: 1 ready, 0 not, -1 error. */
+static int
+look(PyObject *ready)
+{
+    PyObject *r = PyObject_CallNoArgs(ready);
+    if (r == NULL)
+        return -1;
+    int ok = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return ok;
+}
+
+/* spin(ready, clock, spin_end, deadline, cancelled, tight_looks, counters) -> bool: the spin phase
+ * of ringcast.waiting.Waiter.wait (its docstring has the policy). `tight_looks` looks at once,
+ * then until clock() reaches spin_end or the deadline (None: none): a look, then sched_yield with
+ * the GIL released. True when ready() was; False when the spin is over or `cancelled[0]` is set
+ * (the park phase, in Python, raises Cancelled first thing). Not a spec action: its looks are
+ * ready()'s own steps, and `clock` is the waiting module's time.monotonic, which the stateful
+ * harness replaces with its virtual time. counters.spins counts the yields. */
+static PyObject *
+wait_spin(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "spin(ready, clock, spin_end, deadline, cancelled, tight_looks, counters): %zd arguments", nargs);
+    PyObject *ready = args[0], *clock = args[1], *cancelled = args[4], *counters = args[6];
+    double spin_end = PyFloat_AsDouble(args[2]), deadline = args[3] == Py_None ? Py_HUGE_VAL : PyFloat_AsDouble(args[3]);
+    Py_ssize_t tight = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(cancelled) || PyList_GET_SIZE(cancelled) < 1)
+        return PyErr_Format(PyExc_TypeError, "spin(): cancelled must be a one-element list, got %R", cancelled);
+    long spins = 0;
+    int res = 0;
+    for (Py_ssize_t k = 0; k < tight && res == 0; k++)
+        res = look(ready);
+    while (res == 0) {
+        if ((res = PyObject_IsTrue(PyList_GET_ITEM(cancelled, 0))) != 0) { /* shutdown(): the park phase says so */
+            res = res < 0 ? -1 : 0;
+            break;
+        }
+        if ((res = look(ready)) != 0)
+            break;
+        PyObject *t = PyObject_CallNoArgs(clock);
+        double now = t == NULL ? -1.0 : PyFloat_AsDouble(t);
+        Py_XDECREF(t);
+        if (now == -1.0 && PyErr_Occurred()) {
+            res = -1;
+            break;
+        }
+        if (now >= spin_end || now >= deadline)
+            break;
+        spins++;
+        Py_BEGIN_ALLOW_THREADS
+        sched_yield();
+        Py_END_ALLOW_THREADS
+        if (PyErr_CheckSignals() < 0) /* a KeyboardInterrupt ends the spin as it ended the Python loop */
+            res = -1;
+    }
+    if (spins > 0) { /* counters.spins += spins, keeping an exception that ended the spin */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        int bad = bump_by(counters, s_spins, spins) < 0;
+        if (et != NULL) {
+            if (bad)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        } else if (bad)
+            res = -1;
+    }
+    return res < 0 ? NULL : PyBool_FromLong(res);
+}

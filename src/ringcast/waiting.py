@@ -7,7 +7,7 @@ busy step (the next one arrives within microseconds) and idle gaps (milliseconds
 pure ``sched_yield`` spinner (vLLM's ``_spin_wait``) serves the first well and the second badly:
 it burns a core per reader while the engine is idle, and on a 2-core machine three spinning
 readers starve the writer they wait for. A pure sleeper pays a kernel wake-up (tens of
-microseconds) on every message. So a waiter spins for ``spin`` seconds (``os.sched_yield``
+microseconds) on every message. So a waiter spins for ``spin`` seconds (``sched_yield``
 between looks), then parks in the kernel until the other side publishes.
 
 The primitive is a futex on a 32-bit word inside the segment (``write_seq`` for readers,
@@ -53,16 +53,15 @@ one call, and vanishes with the segment.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 
 from . import steps as _steps
-from ._protocol import EventCount
+from ._protocol import EventCount, spin
 from .atomics import HAVE_FUTEX, TIMED_OUT, load_u32
 from .errors import Cancelled
 
-__all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN"]
+__all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN", "spin"]
 
 #: Default spin budget before parking (seconds). Covers the gap between back-to-back messages of
 #: one engine step (a few microseconds to ~100 us) without burning a core across idle gaps;
@@ -152,23 +151,11 @@ class Waiter:
         p = self.policy
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
-        spin_end = start + p.spin
         cancelled = self.cancelled
-        yield_ = os.sched_yield
-        # Spin phase: a few looks without a system call, then look-and-yield until `spin` is over.
-        for _ in range(p.tight_looks):
-            if ready():
-                return
-        while True:
-            if cancelled[0]:
-                raise Cancelled(f"{what}: shutdown() was called while waiting")
-            if ready():
-                return
-            now = time.monotonic()
-            if now >= spin_end or (deadline is not None and now >= deadline):
-                break
-            c.spins += 1
-            yield_()
+        # Spin phase (C: a few looks without a system call, then look-and-yield until `spin` is
+        # over; False also when shutdown() was called, which the park phase raises at once).
+        if spin(ready, time.monotonic, start + p.spin, deadline, cancelled, p.tight_looks, c):
+            return
         # Park phase.
         use_futex = ec is not None and HAVE_FUTEX
         while True:
