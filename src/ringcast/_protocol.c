@@ -90,6 +90,68 @@ trace(PyObject *action, PyObject *side, Py_ssize_t index, PyObject *reader)
             return NULL;                                                                             \
     } while (0)
 
+/* ------------------------------------------------------- helpers of the endpoints' sequence -- */
+
+/* The exception being handled is (et, ev, tb), fetched; if another is now set, it becomes that
+ * one's __context__ (Python's "during handling of the above exception, another occurred"), else
+ * it is restored. */
+static void
+rethrow(PyObject *et, PyObject *ev, PyObject *tb)
+{
+    if (!PyErr_Occurred()) {
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    if (et == NULL)
+        return;
+    PyObject *nt, *nv, *ntb;
+    PyErr_Fetch(&nt, &nv, &ntb);
+    PyErr_NormalizeException(&nt, &nv, &ntb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(ev, tb);
+    if (nv != NULL && ev != NULL && nv != ev)
+        PyException_SetContext(nv, ev); /* steals ev */
+    else
+        Py_XDECREF(ev);
+    Py_XDECREF(et);
+    Py_XDECREF(tb);
+    PyErr_Restore(nt, nv, ntb);
+}
+
+/* Fastcall arguments by position (the first npos of `names`) or keyword, into out[] (NULL: not
+ * given); the first nreq are required. */
+static int
+parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **names,
+      Py_ssize_t n, Py_ssize_t npos, Py_ssize_t nreq, PyObject **out)
+{
+    if (nargs > npos) {
+        PyErr_Format(PyExc_TypeError, "%s takes at most %zd positional arguments (%zd given)", fname, npos, nargs);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        out[k] = k < nargs ? args[k] : NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, j);
+        Py_ssize_t k = 0;
+        while (k < n && PyUnicode_Compare(key, names[k]) != 0)
+            k++;
+        if (k == n || out[k] != NULL) {
+            PyErr_Format(PyExc_TypeError, k == n ? "%s got an unexpected keyword argument %R" : "%s got multiple values for %R",
+                         fname, key);
+            return -1;
+        }
+        out[k] = args[nargs + j];
+    }
+    for (Py_ssize_t k = 0; k < nreq; k++)
+        if (out[k] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s missing required argument %R", fname, names[k]);
+            return -1;
+        }
+    return 0;
+}
+
 /* The cursors, the steps and the endpoints' sequence, in four files of this one extension (a
  * unity build: they share the tracepoint, the action names and the hook, and compile as one
  * translation unit). */

@@ -17,7 +17,7 @@ What the projection cannot see (docs/stateful.md, *Coverage*):
 * A spec variable the model does not carry (``sb``, ``win``, ``annc``, ``alive``, ``evicted``,
   ``dropped``, ...) must be constant over the graph (SC, nobody dies, no abort); it takes its
   one value. A graph where it varies is refused (:class:`Unobservable`).
-* The *look quotient*: a reader whose look found ``written = 0`` returns at once (endpoint.py's
+* The *look quotient*: a reader whose look found ``written = 0`` returns at once (the endpoint's
   ``ready()`` short-circuits), so the spec's state between that load and its (skipped) flag load
   (``pc = "load_r"``, ``seen = 0``, not re-checking) has no step point in the code. Such a state is
   identified with the one after the flag load (``pc = "load_w"``); the spec's flag-load step out of
