@@ -473,3 +473,14 @@ def test_arena_eviction_and_timed_wake_models():
     assert by["arena_ring_relaxed_no_afp"]["expect"] == "ok"
     close = cfg_constants(SPEC / by["arena_ring_close"]["cfg"])
     assert close["CloseSet"] != "{}" and close["MM"] == '"RELAXED"' and by["arena_ring_close"]["expect"] == "ok"
+
+
+def test_a_tlc_run_past_its_timeout_is_killed_after_its_thread_dump(tmp_path):
+    """run_tlc's timeout: the run gets SIGQUIT (a JVM prints its threads' stacks) before the kill,
+    and everything it printed is kept. A stand-in for the JVM (sh) prints on SIGQUIT and exits."""
+    from ringcast.tlc.run import run_tlc
+
+    script = 'trap "echo thread dump; exit 3" QUIT; echo started; while :; do sleep 0.05; done'
+    out = run_tlc(["sh", "-c", script], tmp_path, timeout=2)
+    assert out.code is None and out.output.split() == ["started", "thread", "dump"], out
+    assert not out.no_error  # a run killed at its timeout is never a pass

@@ -4,6 +4,8 @@ trace with any one step dropped, duplicated or swapped."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
@@ -15,6 +17,9 @@ from .machine import budget, ring_machine
 from .ring_run import RingRun, ScheduleFailure, trace_of
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("tlc")]  # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1
+#: each TLC run's limit, under the test's own: a JVM that hangs is killed and reported with what it
+#: printed (a TLC failure), not left to the test's timeout, which shows only a stack (a run takes 2-15 s)
+TLC_SECONDS = 200
 
 
 def test_explored_schedules_are_spec_behaviours(pool):
@@ -26,7 +31,7 @@ def test_explored_schedules_are_spec_behaviours(pool):
     run_state_machine_as_test(m, settings=budget(20, 40))
     traces += record_runs(4, seed=7, N=2, NR=2, M=4)  # lock-serialised runs, replayed through check_step
     assert len(traces) >= 20
-    results = validate(traces)
+    results = validate(traces, timeout=TLC_SECONDS)
     assert len(results) == 1  # one TLC run
     assert results[0].ok, results[0].summary() + "\n" + results[0].output[-4000:]
 
@@ -51,10 +56,10 @@ def test_planted_bug_trace_is_rejected(pool):
     TLC reports the same InOrder violation the harness found."""
     tr = _reversed_trace(pool)
     as_correct = dict(tr, writer="correct")
-    (bad,) = validate([as_correct])
+    (bad,) = validate([as_correct], timeout=TLC_SECONDS)
     assert not bad.ok and "Deadlock" in bad.detail, bad.summary()
     assert bad.failed_trace == 1 and bad.failed_step is not None and bad.failed_step <= 5, bad.summary()
-    (rev,) = validate([tr])
+    (rev,) = validate([tr], timeout=TLC_SECONDS)
     assert not rev.ok and "InOrder" in rev.detail, rev.summary()
 
 
@@ -69,9 +74,16 @@ def test_every_single_step_change_is_rejected():
     def failed_claim(steps, kind, k):  # a WriterClaim that left the state as it was, dropped or duplicated
         return kind != "swap" and steps[k][0] == "WriterClaim" and k > 0 and steps[k - 1][2] == steps[k][2]
 
-    table, wrong = mutation_table(traces, validate_each, failed_claim)
+    table, wrong = mutation_table(traces, partial(validate_each, timeout=TLC_SECONDS), failed_claim)
     assert not wrong, "\n".join(wrong[:20])
     kinds = {s[0] for tr in traces for s in tr["steps"]}
     assert {a for a, _ in table} == kinds and {"WriterClaim", "ReaderLoadWritten", "ReaderLoadReadFlag"} <= kinds
     for (a, kind), (n, rejected, _accepted) in sorted(table.items()):
         print(f"{a:22} {kind:10} {n:4} changes, {rejected:4} rejected")
+
+
+def test_a_tlc_run_past_its_timeout_is_reported_as_such():
+    """A TLC run killed at its timeout fails its traces and says so (what the 200 s limit above
+    turns a hung JVM into), instead of reading as a rejected trace."""
+    (res,) = validate(record_runs(1, seed=7, N=2, NR=2, M=2), timeout=0.01)
+    assert not res.ok and "killed at its timeout" in res.detail, res.summary()

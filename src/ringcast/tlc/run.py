@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -224,15 +225,26 @@ def parse_output(out: str, code: int | None, seconds: float = 0.0) -> Outcome:
 
 def run_tlc(cmd: list[str], cwd: Path | str, timeout: float) -> Outcome:
     """Run a TLC command line; a run past ``timeout`` is killed (code None) and what it printed
-    is kept."""
+    is kept. Before the kill it gets SIGQUIT, on which a JVM prints every thread's stack and goes
+    on, and :data:`DUMP_GRACE` seconds to print it: a run that hangs says where."""
     start = time.monotonic()
-    try:
-        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        code, out = p.returncode, p.stdout
-    except subprocess.TimeoutExpired as e:
-        code = None
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+            code = p.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+            p.send_signal(signal.SIGQUIT)
+            try:
+                out, _ = p.communicate(timeout=DUMP_GRACE)  # it exits only if it was about to
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()  # everything it printed, the dump included
     return parse_output(out, code, time.monotonic() - start)
+
+
+#: seconds a TLC run killed at its timeout is given to print its thread dump (run_tlc)
+DUMP_GRACE = 2.0
 
 
 STATE_RE = re.compile(r"^State (\d+): (.*)$")

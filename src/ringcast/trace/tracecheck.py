@@ -138,6 +138,9 @@ def _tlc(workdir: Path, module: str, data: tuple[str, str], cfg: str, timeout: f
 
 
 def _failed(out: tlc.Outcome) -> str:
+    if out.code is None:
+        return (f"TLC did not finish: killed at its timeout after {out.seconds:.0f} s (pass a longer timeout= for "
+                f"larger traces); what it printed:\n{out.output[-3000:]}")
     return out.errors[0].strip() if out.errors else f"TLC exited with {out.code}:\n{out.output[-3000:]}"
 
 
