@@ -5,6 +5,8 @@ stateful harness's (tests/stateful); these are the C function's own edges."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from ringcast import ShmRingBuffer
@@ -40,6 +42,11 @@ def test_arguments_are_checked_by_name_and_position(ring):
     with pytest.raises(TypeError, match="at most 1 positional"):
         r.wait_ready(0, 1)
     assert ring.flags(0) == b"\x00\x00\x00" and w.index == 0  # nothing ran
+    # the signatures the C methods declare (help(), inspect) are the ones they parse
+    assert str(inspect.signature(WriterEndpoint.publish)) == "(self, /, parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)"
+    assert str(inspect.signature(ReaderEndpoint.receive)) == "(self, /, copy_out, timeout=None, deadline=None)"
+    with pytest.raises(TypeError, match="at most 3 positional"):
+        w.publish((b"x",), None, None, False)  # split_payload is keyword-only, as declared
     w.publish(parts=(b"ab",), timeout=0, overflow=None, split_payload=True, unpublished=None)
     assert r.receive(copy_out=lambda v: bytes(v[:2]), deadline=None, timeout=0) == (b"ab", None)
     r.release()

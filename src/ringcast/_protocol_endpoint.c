@@ -446,8 +446,13 @@ static PyGetSetDef ep_getset[] = {
 
 static PyMethodDef wep_methods[] = {
     {"publish", (PyCFunction)(void (*)(void))wep_publish, METH_FASTCALL | METH_KEYWORDS,
-     "publish(parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None): one message."},
-    {"claim", (PyCFunction)(void (*)(void))wep_claim, METH_FASTCALL | METH_KEYWORDS, "claim(timeout=None): WriterClaim until the chunk is free."},
+     "publish($self, /, parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)\n--\n\n"
+     "Broadcast one message: claim a chunk (waiting at most timeout seconds), write parts (bytes-like objects, back to "
+     "back) into it, send overflow (a list of frames, or None) on the overflow channel, publish, wake parked readers. "
+     "If an exception ends it before anything of the message left the process, the message is dropped and "
+     "unpublished() runs (if given) before the exception propagates; after that it is finished first. "
+     "split_payload writes parts[0] alone first (a torn chunk: the spec's TwoStepPayload). See ringcast.endpoint."},
+    {"claim", (PyCFunction)(void (*)(void))wep_claim, METH_FASTCALL | METH_KEYWORDS, "claim($self, /, timeout=None)\n--\n\nWriterClaim until the chunk is free: one look, then spin and park."},
     {"_claim_message", (PyCFunction)wep_claim_message, METH_O,
      "_claim_message(timeout): finish what is owed, claim, WriterClearWritten; the chunk."},
     {"_clear_flags_and_publish", (PyCFunction)wep_clear_flags_and_publish, METH_NOARGS,
@@ -478,9 +483,13 @@ static PyType_Spec wep_spec = {"ringcast._protocol._WriterEndpoint", sizeof(Endp
 
 static PyMethodDef rep_methods[] = {
     {"receive", (PyCFunction)(void (*)(void))rep_receive, METH_FASTCALL | METH_KEYWORDS,
-     "receive(copy_out, timeout=None, deadline=None): the next message, (kept, None) or (None, frames)."},
+     "receive($self, /, copy_out, timeout=None, deadline=None)\n--\n\n"
+     "Receive the next message, as (kept, None) or (None, frames): copy_out(view) runs on the chunk's memoryview and returns what to keep (it must copy; "
+     "the view is released when it returns), or OVERFLOW for a marker chunk, whose payload then comes from the "
+     "overflow channel before deadline (time.monotonic() seconds). The chunk is acked and the writer woken also when "
+     "copy_out raised. timeout bounds the wait for the chunk. See ringcast.endpoint."},
     {"ready", (PyCFunction)rep_ready, METH_NOARGS, "ReaderLoadWritten, ReaderLoadReadFlag, F4: is the chunk ours to read?"},
-    {"wait_ready", (PyCFunction)(void (*)(void))rep_wait_ready, METH_FASTCALL | METH_KEYWORDS, "wait_ready(timeout=None): look until ready."},
+    {"wait_ready", (PyCFunction)(void (*)(void))rep_wait_ready, METH_FASTCALL | METH_KEYWORDS, "wait_ready($self, /, timeout=None)\n--\n\nLook until ready(): one look, then spin and park."},
     {NULL},
 };
 

@@ -43,7 +43,10 @@ Whether the message was published is read from the chunk's ``written`` byte (onl
 WriterPublish sets it after WriterClearWritten); that the payload was sent is recorded right
 after the send returns, so an asynchronous exception in the few bytecodes between ZeroMQ
 queueing the payload and that store is the one window not covered (the step hook's points are
-all covered).
+all covered). A signal handler runs only between Python bytecodes, and the sequence is C: in
+production (no step hook) it can raise only where the sequence calls back into Python (the wait
+loop, the overflow send, ``copy_out``), and a signal that arrives during the C steps is handled
+once ``publish`` returns, with the message published.
 
 Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
 
