@@ -37,6 +37,8 @@ BUNDLED = bundled_packages()
 FENCES_H = "src/ringcast/ringcast_fences.h"  # the one copy of every fence, included by every extension
 #: the files _protocol.c includes (one translation unit)
 PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("cursor", "ring", "wait", "endpoint")]
+#: the files _litmus.c includes (one translation unit)
+LITMUS_PARTS = [f"src/ringcast/_litmus_{part}.c" for part in ("runs", "hunt", "build")]
 
 setup(
     packages=find_packages("src") + list(BUNDLED),
@@ -46,6 +48,6 @@ setup(
         # the ring's and the eventcount's steps: no fallback, the protocol is this code
         Extension("ringcast._protocol", ["src/ringcast/_protocol.c"], depends=[FENCES_H, *PROTOCOL_PARTS]),
         Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], depends=[FENCES_H]),
-        Extension("ringcast._litmus", ["src/ringcast/_litmus.c"], depends=[FENCES_H], optional=True),
+        Extension("ringcast._litmus", ["src/ringcast/_litmus.c"], depends=[FENCES_H, *LITMUS_PARTS], optional=True),
     ],
 )
