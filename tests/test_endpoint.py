@@ -9,22 +9,15 @@ import inspect
 
 import pytest
 
-from ringcast import ShmRingBuffer
 from ringcast import steps as steps_mod
 from ringcast._protocol import _ReaderEndpoint, _WriterEndpoint
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.ring import RingReader, RingWriter
 from ringcast.waiting import EventCount, WaitPolicy
 
+from test_ring import ring  # noqa: F401  (the fixture: 3 readers, 64 B chunks, 2 chunks)
+
 POLICY = WaitPolicy(spin=0.0, recheck_interval=0.01)
-
-
-@pytest.fixture
-def ring():
-    rb = ShmRingBuffer(2, 64, 2)
-    yield rb
-    rb.close()
-    rb.unlink()
 
 
 def test_arguments_are_checked_by_name_and_position(ring):
@@ -41,7 +34,7 @@ def test_arguments_are_checked_by_name_and_position(ring):
         r.receive(timeout=0)
     with pytest.raises(TypeError, match="at most 1 positional"):
         r.wait_ready(0, 1)
-    assert ring.flags(0) == b"\x00\x00\x00" and w.index == 0  # nothing ran
+    assert ring.flags(0) == b"\x00\x00\x00\x00" and w.index == 0  # nothing ran
     # the signatures the C methods declare (help(), inspect) are the ones they parse
     assert str(inspect.signature(WriterEndpoint.publish)) == "(self, /, parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)"
     assert str(inspect.signature(ReaderEndpoint.receive)) == "(self, /, copy_out, timeout=None, deadline=None)"
