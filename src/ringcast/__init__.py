@@ -10,7 +10,7 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
-* :mod:`ringcast.atomics` - fence, 32-bit atomics and futex for the Python side (C extension).
+* :mod:`ringcast.atomics` - the fence the tensor arena calls and a 32-bit load (C extension).
 * :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
 * :mod:`ringcast.headroom` - how much memory a new segment may take (cgroup and RAM limits).
 * :mod:`ringcast.shm` - creating/attaching shared memory segments.
@@ -21,8 +21,9 @@ import cycle exists, imports inside functions included):
   second segment, read as zero-copy views, released when the last view dies (spec/Arena.tla).
 * :mod:`ringcast.endpoint` - the protocol endpoints: ``WriterEndpoint.publish(parts, ...)`` and
   ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
-  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying); the only caller
-  of the ring's steps, and what MessageQueue, the stateful harness and the trace recorder run.
+  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying), in C
+  (``ringcast._protocol``'s endpoint types, which they subclass); the only caller of the ring's
+  steps, and what MessageQueue, the stateful harness and the trace recorder run.
   Each endpoint is given one ``Observer`` (overflow I/O, errors and the long-wait log); the
   endpoint decides, e.g. evicts dead readers, the observer reports.
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).

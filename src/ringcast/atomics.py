@@ -1,5 +1,5 @@
-"""Machine-level primitives for the Python side of the protocol: a full fence (F4, F7 and the
-arena's), an atomic 32-bit load and a buffer's address, from the C extension ``ringcast._atomics``
+"""Machine-level primitives for the Python side of the protocol: a full fence (the tensor
+arena's; F4 and F7 are in the endpoints' C sequence), an atomic 32-bit load and a buffer's address, from the C extension ``ringcast._atomics``
 (built by ``pip install``, on the primitives of ringcast_fences.h: the same instructions the C
 steps of ``ringcast._protocol`` run, the eventcount's atomics and futex among them).
 
