@@ -475,12 +475,23 @@ def test_arena_eviction_and_timed_wake_models():
     assert close["CloseSet"] != "{}" and close["MM"] == '"RELAXED"' and by["arena_ring_close"]["expect"] == "ok"
 
 
-def test_a_tlc_run_past_its_timeout_is_killed_after_its_thread_dump(tmp_path):
-    """run_tlc's timeout: the run gets SIGQUIT (a JVM prints its threads' stacks) before the kill,
-    and everything it printed is kept. A stand-in for the JVM (sh) prints on SIGQUIT and exits."""
-    from ringcast.tlc.run import run_tlc
+def test_a_tlc_run_past_its_timeout_is_stopped_after_its_thread_dump(tmp_path):
+    """What run_tlc does at a timeout: SIGQUIT (a JVM prints its threads' stacks), a grace, then
+    SIGKILL, keeping everything printed. Stand-ins for the JVM: one that prints on SIGQUIT and
+    exits (it says 'ready' once its handler is in place: no race with the signal), and one that
+    ignores SIGQUIT and is killed after the grace."""
+    from ringcast.tlc.run import run_tlc, stop_with_dump
 
-    script = 'trap "echo thread dump; exit 3" QUIT; echo started; while :; do sleep 0.05; done'
-    out = run_tlc(["sh", "-c", script], tmp_path, timeout=2)
-    assert out.code is None and out.output.split() == ["started", "thread", "dump"], out
-    assert not out.no_error  # a run killed at its timeout is never a pass
+    dumper = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGQUIT, lambda *a: (print('thread dump', flush=True), sys.exit(3)))\n"
+              "print('ready', flush=True)\n"
+              "while True: time.sleep(1)\n")
+    with subprocess.Popen([sys.executable, "-c", dumper], stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout.readline() == "ready\n"
+        assert stop_with_dump(p, grace=60) == "thread dump\n" and p.returncode == 3  # the grace is not waited out
+    stubborn = "import signal, time; signal.signal(signal.SIGQUIT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    with subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout.readline() == "ready\n"
+        assert stop_with_dump(p, grace=0.1) == "" and p.returncode == -9  # killed after the grace
+    out = run_tlc(["sleep", "60"], tmp_path, timeout=0.5)
+    assert out.code is None and not out.no_error, out  # stopped at its timeout: never a pass

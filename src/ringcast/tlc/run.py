@@ -224,27 +224,33 @@ def parse_output(out: str, code: int | None, seconds: float = 0.0) -> Outcome:
 
 
 def run_tlc(cmd: list[str], cwd: Path | str, timeout: float) -> Outcome:
-    """Run a TLC command line; a run past ``timeout`` is killed (code None) and what it printed
-    is kept. Before the kill it gets SIGQUIT, on which a JVM prints every thread's stack and goes
-    on, and :data:`DUMP_GRACE` seconds to print it: a run that hangs says where."""
+    """Run a TLC command line; a run past ``timeout`` is stopped (:func:`stop_with_dump`: code
+    None) and what it printed is kept, so a run that hangs says where."""
     start = time.monotonic()
     with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
         try:
             out, _ = p.communicate(timeout=timeout)
             code = p.returncode
         except subprocess.TimeoutExpired:
-            code = None
-            p.send_signal(signal.SIGQUIT)
-            try:
-                out, _ = p.communicate(timeout=DUMP_GRACE)  # it exits only if it was about to
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()  # everything it printed, the dump included
+            code, out = None, stop_with_dump(p, DUMP_GRACE)
     return parse_output(out, code, time.monotonic() - start)
 
 
-#: seconds a TLC run killed at its timeout is given to print its thread dump (run_tlc)
+#: seconds a TLC run stopped at its timeout is given to print its thread dump (run_tlc)
 DUMP_GRACE = 2.0
+
+
+def stop_with_dump(p: subprocess.Popen, grace: float) -> str:
+    """Stop a JVM whose output ``p`` pipes (text): SIGQUIT first, on which a JVM prints every
+    thread's stack and goes on (best effort: not where SIGQUIT reaches it ignored), ``grace``
+    seconds for that, then SIGKILL. Returns everything it printed that was not read yet."""
+    p.send_signal(signal.SIGQUIT)
+    try:
+        out, _ = p.communicate(timeout=grace)  # it exits only if it was about to
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()  # everything it printed, the dump included
+    return out
 
 
 STATE_RE = re.compile(r"^State (\d+): (.*)$")
