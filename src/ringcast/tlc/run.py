@@ -194,8 +194,10 @@ class Outcome:
 
     @property
     def no_error(self) -> bool:
-        """TLC explored everything and found no error."""
-        return "No error has been found" in self.output
+        """TLC explored everything and found no error, within its time: a run stopped at its
+        timeout never passes, even if it completed while it was given the grace to print its
+        thread dump (run_tlc)."""
+        return self.code is not None and "No error has been found" in self.output
 
     def last_state(self) -> dict:
         """The variables of the error trace's last state (strings as TLC prints them)."""
