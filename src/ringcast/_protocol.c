@@ -28,8 +28,9 @@
  * (rc_load_u8 / rc_store_u8): the spec's relaxed model, in which only the fences order them.
  *
  * Python subclasses may override any step (tests/stateful/variants.py, the planted bugs): the
- * endpoints' sequence calls an override by name instead of the C function. EventCount.notify, the one method here that runs two
- * steps, calls a subclass's override the same way (tests/test_waiting.py's dropped wake-up).
+ * endpoints' sequence calls an override by name instead of the C function. EventCount.notify,
+ * the one method here that runs two steps, calls a subclass's override the same way
+ * (tests/test_waiting.py's dropped wake-up).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

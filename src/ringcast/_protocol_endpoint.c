@@ -52,7 +52,8 @@ inherited(PyObject *obj, PyTypeObject *base, PyObject *name)
     return tp == base || _PyType_Lookup(tp, name) == _PyType_Lookup(base, name);
 }
 
-/* One step of a cursor: the C function, or the subclass's override by name. `arg` NULL: none. */
+/* One step of a cursor, or one method of an endpoint: the C function, or the subclass's override
+ * by name. `arg` NULL: none. */
 static PyObject *
 step(PyObject *cur, PyTypeObject *base, PyObject *name, PyCFunction fn, PyObject *arg)
 {
@@ -75,19 +76,32 @@ step_is(PyObject *cur, PyTypeObject *base, PyObject *name, PyCFunction fn, long 
     return got == want;
 }
 
-/* notifies.notify(side, index): wake whoever parks on the other side's eventcount. */
+/* notifies.notify(side, index): wake whoever parks on the other side's eventcount (a subclass's
+ * override by name, as EventCount.notify calls its own steps). */
 static PyObject *
 notify_other(Endpoint *ep, PyObject *side)
 {
     PyObject *idx = PyLong_FromSsize_t(((Cursor *)ep->cursor)->index);
     if (idx == NULL)
         return NULL;
-    PyObject *args[3] = {ep->notifies, side, idx}, *res;
-    if (Py_TYPE(ep->notifies) == EventCountType)
-        res = ec_notify((EventCountObject *)ep->notifies, args + 1, 2);
-    else
-        res = PyObject_VectorcallMethod(s_m_notify, args, 3, NULL);
+    PyObject *args[2] = {side, idx};
+    PyObject *res = notify_step((EventCountObject *)ep->notifies, ec_notify, s_m_notify, args);
     Py_DECREF(idx);
+    return res;
+}
+
+/* The first look failed: the wait loop, self._wait(owner.<ready>, self.parks_on, side, timeout),
+ * which calls owner's `ready` (the cursor's WriterClaim, the endpoint's ready) until it is true. */
+static PyObject *
+enter_wait(Endpoint *ep, PyObject *owner, PyObject *ready_name, PyObject *side, PyObject *timeout)
+{
+    PyObject *ready = PyObject_GetAttr(owner, ready_name), *ec = PyObject_GetAttr((PyObject *)ep, s_parks_on), *res = NULL;
+    if (ready != NULL && ec != NULL) {
+        PyObject *wargs[5] = {(PyObject *)ep, ready, ec, side, timeout ? timeout : Py_None};
+        res = PyObject_VectorcallMethod(s_m_wait, wargs, 5, NULL);
+    }
+    Py_XDECREF(ready);
+    Py_XDECREF(ec);
     return res;
 }
 
@@ -113,15 +127,7 @@ wep_claim(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
     int free_ = step_is(ep->cursor, WriterStepsType, s_m_writer_claim, (PyCFunction)writer_claim, 1);
     if (free_ != 0)
         return free_ < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *ready = PyObject_GetAttr(ep->cursor, s_m_writer_claim), *ec = PyObject_GetAttr((PyObject *)ep, s_parks_on);
-    PyObject *res = NULL;
-    if (ready != NULL && ec != NULL) {
-        PyObject *wargs[5] = {(PyObject *)ep, ready, ec, s_writer, timeout ? timeout : Py_None};
-        res = PyObject_VectorcallMethod(s_m_wait, wargs, 5, NULL);
-    }
-    Py_XDECREF(ready);
-    Py_XDECREF(ec);
-    return res;
+    return enter_wait(ep, ep->cursor, s_m_writer_claim, s_writer, timeout);
 }
 
 /* Finish what an earlier exception left owed, claim the chunk at the cursor, clear its written
@@ -221,9 +227,8 @@ wep_publish(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto abort;
     if (overflow != Py_None && done(PyObject_CallMethodOneArg((PyObject *)ep, s_m_send_overflow, overflow)) < 0)
         goto abort;
-    if (done(inherited((PyObject *)ep, WriterEndpointType, s_m_clear_flags_and_publish)
-                 ? wep_clear_flags_and_publish(ep, NULL)
-                 : PyObject_CallMethodNoArgs((PyObject *)ep, s_m_clear_flags_and_publish)) < 0)
+    if (done(step((PyObject *)ep, WriterEndpointType, s_m_clear_flags_and_publish, (PyCFunction)wep_clear_flags_and_publish,
+                  NULL)) < 0)
         goto abort;
     if (done(notify_other(ep, s_writer)) < 0)
         goto abort;
@@ -267,23 +272,10 @@ rep_wait_ready(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *
     PyObject *timeout;
     if (parse("wait_ready()", args, nargs, kwnames, &s_timeout, 1, 1, 0, &timeout) < 0 || bound(ep) < 0)
         return NULL;
-    PyObject *self = (PyObject *)ep;
-    int base = inherited(self, ReaderEndpointType, s_m_ready);
-    PyObject *look = base ? rep_ready(ep, NULL) : PyObject_CallMethodNoArgs(self, s_m_ready);
-    if (look == NULL)
-        return NULL;
-    int ok = PyObject_IsTrue(look);
-    Py_DECREF(look);
+    int ok = truth(step((PyObject *)ep, ReaderEndpointType, s_m_ready, (PyCFunction)rep_ready, NULL));
     if (ok != 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *ready = PyObject_GetAttr(self, s_m_ready), *ec = PyObject_GetAttr(self, s_parks_on), *res = NULL;
-    if (ready != NULL && ec != NULL) {
-        PyObject *wargs[5] = {self, ready, ec, ((Cursor *)ep->cursor)->side, timeout ? timeout : Py_None};
-        res = PyObject_VectorcallMethod(s_m_wait, wargs, 5, NULL);
-    }
-    Py_XDECREF(ready);
-    Py_XDECREF(ec);
-    return res;
+    return enter_wait(ep, (PyObject *)ep, s_m_ready, ((Cursor *)ep->cursor)->side, timeout);
 }
 
 /* ReaderCopy, copy_out(view) and ReaderCheckEvicted: what copy_out kept (NULL: an exception). */

@@ -305,16 +305,23 @@ static PyType_Spec ec_spec = {"ringcast._protocol.EventCount", sizeof(EventCount
 
 /* ------------------------------------------------------------------ the spin phase of a wait -- */
 
-/* One look: 1 ready, 0 not, -1 error. */
+/* A call's result as a truth value, dropped: 1, 0, or -1 with an exception set (r NULL: the call
+ * raised). */
 static int
-look(PyObject *ready)
+truth(PyObject *r)
 {
-    PyObject *r = PyObject_CallNoArgs(ready);
     if (r == NULL)
         return -1;
     int ok = PyObject_IsTrue(r);
     Py_DECREF(r);
     return ok;
+}
+
+/* One look: 1 ready, 0 not, -1 error. */
+static int
+look(PyObject *ready)
+{
+    return truth(PyObject_CallNoArgs(ready));
 }
 
 /* spin(ready, clock, spin_end, deadline, cancelled, tight_looks, counters) -> bool: the spin phase
