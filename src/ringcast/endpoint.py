@@ -81,16 +81,17 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from . import steps as _steps
-from ._protocol import OVERFLOW, _ReaderEndpoint, _WriterEndpoint
+from . import _protocol
 from .errors import DeadReaderError, EvictedError, RingTimeoutError
 from .ring import RingReader, RingWriter, ShmRingBuffer
 from .waiting import Counters, EventCount, Waiter, WaitPolicy
 
 __all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
 
-# OVERFLOW: what a reader's ``copy_out`` returns for a chunk that is an overflow marker (the
-# message's payload follows on the overflow channel); defined by ringcast._protocol, whose
-# receive tests for it.
+#: What a reader's ``copy_out`` returns for a chunk that is an overflow marker (the message's
+#: payload follows on the overflow channel); defined by ringcast._protocol, whose receive tests
+#: for it.
+OVERFLOW = _protocol.OVERFLOW
 
 
 class Observer:
@@ -171,7 +172,7 @@ class _Endpoint:
         return self.observer.timeout_error(self, waited)
 
 
-class WriterEndpoint(_Endpoint, _WriterEndpoint):
+class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads
     (MessageQueue: on its ipc socket) and says what a long wait means; ``evict_dead_readers``:
     a reader found dead while the writer waits for it is evicted (else the observer's
@@ -295,7 +296,7 @@ class WriterEndpoint(_Endpoint, _WriterEndpoint):
         return self.cursor.unread_readers()
 
 
-class ReaderEndpoint(_Endpoint, _ReaderEndpoint):
+class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     """Reader ``r``'s side of a ring. ``observer`` (:class:`Observer`) receives overflow payloads
     (MessageQueue: from its ipc socket, honouring the deadline, shutdown and a dead writer) and
     checks the writer while the reader is parked."""

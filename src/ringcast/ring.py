@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from ._protocol import _ReaderSteps, _WriterSteps
+from . import _protocol
 from .atomics import address_of
 from .errors import ClosedError, HandleError
 from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
@@ -219,7 +219,7 @@ def _offsets(ring: ShmRingBuffer) -> tuple:
     return ring.buf, metas, datas, [Layout.reader_state_offset(r) for r in range(ring.n_reader)], ring.max_chunk_bytes
 
 
-class RingWriter(_WriterSteps):
+class RingWriter(_protocol._WriterSteps):
     """The writer's cursor. Invariant: ``index`` is the chunk it writes next; it moves only in
     ``_writer_publish`` and only by one (the planted-bug variants of tests/stateful set it).
     The steps (``_writer_claim``, ``_writer_clear_written``, ``_writer_write_payload``,
@@ -243,7 +243,7 @@ class RingWriter(_WriterSteps):
         return [r for r in self.live_readers if flags[1 + r] == 0]
 
 
-class RingReader(_ReaderSteps):
+class RingReader(_protocol._ReaderSteps):
     """Reader ``r``'s cursor. Invariant: ``index`` is the chunk it reads next; it moves only in
     ``_reader_ack`` and only by one (the planted-bug variants set it). The steps
     (``_reader_load_written``, ``_reader_load_read_flag``, ``_reader_copy``,

@@ -57,11 +57,14 @@ import time
 from dataclasses import dataclass
 
 from . import steps as _steps
-from ._protocol import EventCount, spin
+from . import _protocol
 from .atomics import HAVE_FUTEX, TIMED_OUT, load_u32
 from .errors import Cancelled
 
 __all__ = ["WaitPolicy", "EventCount", "Waiter", "DEFAULT_SPIN", "spin"]
+
+EventCount = _protocol.EventCount
+spin = _protocol.spin
 
 #: Default spin budget before parking (seconds). Covers the gap between back-to-back messages of
 #: one engine step (a few microseconds to ~100 us) without burning a core across idle gaps;

@@ -85,18 +85,19 @@ def stripped_module(mod, replace: dict | None = None):
                 return None
             return self.generic_visit(node)
 
+        def visit_ImportFrom(self, node):  # ``from . import _protocol``: given below, the build without tracepoints
+            return None if node.level == 1 and [a.name for a in node.names] == ["_protocol"] else node
+
     tree = ast.fix_missing_locations(Strip().visit(tree))
     name = f"ringcast._{mod.__name__.rsplit('.', 1)[1]}_nohook"
     m = types.ModuleType(name)
     m.__package__, m.__file__ = "ringcast", mod.__file__
+    m.__dict__["_protocol"] = notrace_protocol()  # this namespace's, built here: the import above was stripped
     sys.modules[name] = m  # dataclasses look their module up while the class is built
-    real = sys.modules["ringcast._protocol"]
-    sys.modules["ringcast._protocol"] = notrace_protocol()  # what ``from ._protocol import ...`` gets
     try:
         exec(compile(tree, mod.__file__ + " (no hook)", "exec"), m.__dict__)
     finally:
         del sys.modules[name]
-        sys.modules["ringcast._protocol"] = real
     m.__dict__.update(replace or {})
     return m.__dict__, removed + len(C_ACTIONS.get(mod.__name__.rsplit(".", 1)[1], ()))
 
