@@ -206,13 +206,21 @@ def test_a_queue_collected_in_the_authenticators_thread_is_released():
         cctx.term()
 
 
+def _read_chunk(r):
+    with r.read_chunk(5) as view:
+        return bytes(view[:6])
+
+
 @pytest.mark.timeout(30)
-def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch):
+@pytest.mark.parametrize("read", [lambda r: r.receive(lambda view: bytes(view[:6]), timeout=5), _read_chunk],
+                         ids=["receive", "read_chunk"])
+def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch, read):
     """A live reader wrongly judged dead (another PID namespace) is evicted between its flag
     check and its copy; the writer, no longer waiting for it, refills the chunk. The reader must
     not return the refilled chunk as its next message (spec: evict_park_false_suspect fails
     InOrder; with the check, evict_park_false_suspect_check passes): it raises EvictedError.
-    Before, receive() returned b"second" in place of b"first"."""
+    Before, receive() returned b"second" in place of b"first", and so did a read_chunk block
+    (acquire_read), whose exit now runs the same check."""
     from ringcast import EvictedError
 
     rb = ShmRingBuffer(1, 64, 1)
@@ -230,7 +238,7 @@ def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch):
 
         monkeypatch.setattr(steps, "hook", hook)
         with pytest.raises(EvictedError, match="evicted this reader"):
-            r.receive(lambda view: bytes(view[:6]), timeout=5)
+            read(r)
         assert done and rb.reader_evicted(0)
     finally:
         monkeypatch.setattr(steps, "hook", None)

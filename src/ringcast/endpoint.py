@@ -332,24 +332,30 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     #     (``time.monotonic()`` seconds) bounds the overflow receive, ``timeout`` the wait for
     #     the chunk.
 
-    def _evicted_error(self) -> EvictedError:
-        """What receive raises when the writer evicted this reader while it copied a chunk."""
+    def _evicted_error(self, lost: str = "the copy is dropped") -> EvictedError:
+        """What receive (and read_chunk, at the block's exit) raises when the writer evicted this
+        reader while it read a chunk."""
         return EvictedError(
             f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
-            "writer cannot see into, or a stale pid) while it copied a chunk, which the writer may have "
-            "refilled; the copy is dropped and this reader receives nothing more: rejoin a new queue"
+            "writer cannot see into, or a stale pid) while it read a chunk, which the writer may have "
+            f"refilled; {lost} and this reader receives nothing more: rejoin a new queue"
         )
 
     @contextmanager
     def read_chunk(self, timeout: float | None = None):
         """Wait for the next chunk and yield its memoryview; ack on exit, also when the block
         raises. The view is released on exit, a slice of it is not: after the ack the writer
-        may reuse the chunk, and a kept slice reads the next message (copy out what must stay)."""
+        may reuse the chunk, and a kept slice reads the next message (copy out what must stay).
+        A block that returns is followed by ReaderCheckEvicted, as receive's copy is: if the writer
+        evicted this reader meanwhile, the bytes the block read may be a refill, and the exit
+        raises EvictedError (the block has used them by then: discard what it made of them)."""
         self.wait_ready(timeout)
         c = self.cursor
         try:
             with c._reader_copy() as view:
                 yield view
+            if c._reader_check_evicted():
+                raise self._evicted_error("what the block made of its bytes must be discarded")
         finally:
             c._reader_ack()
             self.notifies.notify(self.r, c.index)

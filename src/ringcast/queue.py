@@ -368,7 +368,9 @@ class MessageQueue(QueueRole):
 
         The view is released on exit, but not a slice of it (or a numpy array built on it):
         once the block exits the writer may reuse the chunk, and such a slice then reads the
-        next message's bytes. Copy out (``bytes(view[a:b])``) what must outlive the block."""
+        next message's bytes. Copy out (``bytes(view[a:b])``) what must outlive the block.
+        ``EvictedError`` at the block's exit: the writer evicted this reader (judged it dead)
+        while the block ran, so the bytes it read may be a later message's."""
         with self._in_use(), (self._side.expected_long() if indefinite and self._side else nullcontext()):
             self._check_reader("acquire_read")
             if not self._is_local_reader:
