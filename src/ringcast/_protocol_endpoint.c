@@ -62,6 +62,16 @@ step(PyObject *cur, PyTypeObject *base, PyObject *name, PyCFunction fn, PyObject
     return arg == NULL ? PyObject_CallMethodNoArgs(cur, name) : PyObject_CallMethodOneArg(cur, name, arg);
 }
 
+/* A call's result, dropped: 0, or -1 with an exception set. */
+static inline int
+done(PyObject *r)
+{
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* A step that answers a flag byte or a bool: 1 if it equals `want`, 0 if not, -1 on error. */
 static int
 step_is(PyObject *cur, PyTypeObject *base, PyObject *name, PyCFunction fn, long want)
@@ -135,24 +145,15 @@ wep_claim(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
 static Py_ssize_t
 claim_message(Endpoint *ep, PyObject *timeout)
 {
-    PyObject *r;
-    if ((ep->owed != NULL && ep->owed != Py_None) || ep->wake_owed) {
-        if ((r = PyObject_CallMethodNoArgs((PyObject *)ep, s_m_finish)) == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
+    if (((ep->owed != NULL && ep->owed != Py_None) || ep->wake_owed)
+        && done(PyObject_CallMethodNoArgs((PyObject *)ep, s_m_finish)) < 0)
+        return -1;
     Py_ssize_t c = ((Cursor *)ep->cursor)->index;
-    if (inherited((PyObject *)ep, WriterEndpointType, s_m_claim))
-        r = wep_claim(ep, &timeout, 1, NULL);
-    else
-        r = PyObject_CallMethodOneArg((PyObject *)ep, s_m_claim, timeout);
-    if (r == NULL)
+    PyObject *r = inherited((PyObject *)ep, WriterEndpointType, s_m_claim) ? wep_claim(ep, &timeout, 1, NULL)
+                                                                         : PyObject_CallMethodOneArg((PyObject *)ep, s_m_claim, timeout);
+    if (done(r) < 0
+        || done(step(ep->cursor, WriterStepsType, s_m_writer_clear_written, (PyCFunction)writer_clear_written, NULL)) < 0)
         return -1;
-    Py_DECREF(r);
-    r = step(ep->cursor, WriterStepsType, s_m_writer_clear_written, (PyCFunction)writer_clear_written, NULL);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
     return c;
 }
 
@@ -171,31 +172,19 @@ wep_clear_flags_and_publish(Endpoint *ep, PyObject *unused)
 {
     if (bound(ep) < 0)
         return NULL;
-    PyObject *cur = ep->cursor, *live = ((Cursor *)cur)->live_readers, *r;
+    PyObject *cur = ep->cursor, *live = ((Cursor *)cur)->live_readers;
     rc_fence(); /* F7: the payload is visible before any reader can see its flag cleared */
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(live); k++) {
         PyObject *reader = Py_NewRef(PyList_GET_ITEM(live, k));
-        r = step(cur, WriterStepsType, s_m_writer_clear_read_flag, (PyCFunction)writer_clear_read_flag, reader);
+        int bad = done(step(cur, WriterStepsType, s_m_writer_clear_read_flag, (PyCFunction)writer_clear_read_flag, reader));
         Py_DECREF(reader);
-        if (r == NULL)
+        if (bad)
             return NULL;
-        Py_DECREF(r);
     }
-    if ((r = step(cur, WriterStepsType, s_m_writer_publish, (PyCFunction)writer_publish, NULL)) == NULL)
+    if (done(step(cur, WriterStepsType, s_m_writer_publish, (PyCFunction)writer_publish, NULL)) < 0)
         return NULL;
-    Py_DECREF(r);
     Py_XSETREF(ep->owed, Py_NewRef(Py_None)); /* (an exception before this store: _finish sees the chunk published) */
     Py_RETURN_NONE;
-}
-
-/* A call's result, dropped: 0, or -1 with an exception set. */
-static inline int
-done(PyObject *r)
-{
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
 }
 
 /* publish(parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None):
