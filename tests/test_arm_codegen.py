@@ -83,7 +83,7 @@ def c_fence_points(source: Path) -> dict[str, tuple[str, str]]:
 
 def fence_points() -> dict[str, tuple[Path, str, str]]:
     """{fence name: (C file, function, kind)}: the fences of the C steps (_protocol.c's comments)
-    and those the Python endpoints call (``fence()  # Fk``: _atomics.c's ``fence``)."""
+    and those Python code calls (``fence()  # Fk``, the tensor arena's: _atomics.c's ``fence``)."""
     points = {k: (PROTOCOL_FILE, fn, kind) for k, (fn, kind) in c_fence_points(PROTOCOL_FILE).items()}
     call_comment = re.compile(r"\b(" + "|".join(sorted(ATOMICS)) + r")\([^)]*\)\s*#\s*(F\d)\b")
     for py in sorted(SRC.rglob("*.py")):
