@@ -8,12 +8,9 @@ import time
 
 import pytest
 from _procs import memfd_holdings
-from hypothesis import HealthCheck, settings
+from stateful.profiles import load_profile
 
-settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", deadline=None, max_examples=100)
-settings.register_profile("stress", deadline=None, max_examples=2000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+load_profile("dev")
 
 SHM_DIR = "/dev/shm"
 

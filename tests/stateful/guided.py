@@ -30,6 +30,7 @@ from ringcast.trace.model import RingModel
 
 from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
 from .pool import Pool
+from .profiles import load_profile
 from .ring_run import RingRun
 from .variants import READER_MODEL, READERS, WRITER_MODEL
 
@@ -192,7 +193,7 @@ def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
 def _planted(pool: Pool, cov: Coverage, reader: str, seeds: int, **consts) -> int:
     from hypothesis import settings
 
-    _ci_profile()
+    load_profile("ci")
     t0 = time.monotonic()
     caught = random_catches(pool, reader=reader, seeds=range(seeds), **consts)
     hits = [s for s, e in caught.items() if e]
@@ -205,17 +206,6 @@ def _planted(pool: Pool, cov: Coverage, reader: str, seeds: int, **consts) -> in
     for fd in res.findings:
         print(f"  {fd}")
     return 0 if res.findings else 1
-
-
-def _ci_profile() -> None:
-    """The test suite's ci profile (tests/conftest.py), unless HYPOTHESIS_PROFILE names another."""
-    import os
-
-    from hypothesis import HealthCheck, settings
-
-    settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
-                              suppress_health_check=[HealthCheck.too_slow])
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def main(argv=None) -> int:
@@ -255,7 +245,7 @@ def main(argv=None) -> int:
             rand = lambda: random_coverage(pool, cov, N=N, NR=NR, M=M)  # noqa: E731
             run = lambda: guided(pool, cov, N=N, NR=NR, M=M, max_paths=args.max_paths)  # noqa: E731
         if args.random:
-            _ci_profile()
+            load_profile("ci")
             secs = rand()
             print(format_report(report(cov), f"{args.model}, plain Hypothesis ({secs:.1f}s)"))
             with open(args.unreached + ".random", "w") as f:
