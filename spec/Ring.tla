@@ -369,12 +369,12 @@ WriterClearReadFlag ==
        ELSE wr' = 0 /\ WNextStep
     /\ UNCHANGED <<i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* The writer, waiting for chunk w, finds a reader dead (queue.py's dead-peer
+\* The writer, waiting for chunk w, finds a reader dead (the endpoint's dead-peer
 \* check, abstracted as an oracle: ~alive[r], or a live reader of FalseSuspect
 \* judged dead) and evicts it: marks every chunk read by it, and from now on
 \* leaves its flag alone.  Without parking the writer checks while it spins
 \* at its claim; with parking it checks where the code calls on_idle
-\* (roles.py WriterSide.idle): at the top of each round of the park loop,
+\* (endpoint.py WriterEndpoint._idle): at the top of each round of the park loop,
 \* after a failed look (pc = "park_snap"), and only the readers that have not
 \* read chunk w (unread_readers()).  On TSO and RELAXED the flag stores go
 \* through the writer's store buffer, chunk by chunk; there only dead readers
@@ -538,8 +538,8 @@ ReaderCheckEvicted(r) ==
     /\ cp' = [cp EXCEPT ![r] = 0]
     /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend>>
 
-\* A parked reader's on_idle (roles.py ReaderSide.idle, at the top of each
-\* round of the park loop) finds itself evicted and raises EvictedError: it
+\* A parked reader's on_idle (endpoint.py ReaderEndpoint._idle, at the top of
+\* each round of the park loop) finds itself evicted and raises EvictedError: it
 \* reads no more (its views stay alive).
 ReaderQuit(r) ==
     /\ pc[r] = "park_snap" /\ r \in evicted
