@@ -10,7 +10,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
-* :mod:`ringcast.atomics` - the fence the tensor arena calls and a 32-bit load (C extension).
+* :mod:`ringcast.atomics` - the fence the tensor arena calls, a 32-bit load and a buffer's address
+  (C extension).
 * :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
 * :mod:`ringcast.headroom` - how much memory a new segment may take (cgroup and RAM limits).
 * :mod:`ringcast.shm` - creating/attaching shared memory segments.

@@ -5,10 +5,9 @@
  * what the ring runs; this file only wraps some of them for Python.
  *
  * - fence(): a sequentially consistent fence (x86-64: `lock orq $0,(%rsp)` with GCC >= 11,
- *   mfence with older compilers; AArch64: `dmb ish`): F4 and F7, the fences that sit between two
- *   steps the endpoint orders (src/ringcast/endpoint.py), and the arena's (arena.py). The ring's
- *   other fences are inside its C steps. tests/test_arm_codegen.py checks the AArch64 assembly
- *   of every fence point.
+ *   mfence with older compilers; AArch64: `dmb ish`): the tensor arena's fences (arena.py). The
+ *   ring's fences are inside its C steps and the endpoints' C sequence (_protocol.c).
+ *   tests/test_arm_codegen.py checks the AArch64 assembly of every fence point.
  * - load_u32(addr): an atomic 32-bit load (a diagnostic look at an eventcount word).
  * - address_of(buffer): the address of a writable buffer (the eventcount words' addresses).
  *

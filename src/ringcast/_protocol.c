@@ -4,7 +4,9 @@
  * This is the one copy of these steps. ringcast.ring subclasses the two cursor types
  * (RingWriter, RingReader: construction from a ShmRingBuffer, diagnostics) and ringcast.waiting
  * re-exports EventCount; ringcast.endpoint's classes subclass the endpoint types, whose
- * per-message sequence (_protocol_endpoint.c) orders the steps and is their only caller. Each
+ * per-message sequence (_protocol_endpoint.c) orders the steps and is the only C code that calls
+ * them (in Python only ringcast.endpoint does: write_chunk, read_chunk, evict_dead; and
+ * ringcast.waiting's park loop the eventcount's park steps). Each
  * function below is tagged with its spec action (`Spec: WriterClaim`) and does, in order:
  *
  *   1. the tracepoint: if a step hook is set, call hook(action, side, index, reader)
@@ -21,8 +23,8 @@
  * F1 in WriterClaim, F3 in WriterPublish, F5 in ReaderAck, F6W in ParkAnnounce, F6N in
  * NotifyLoadWaiters. F7 and F4 sit between two steps: the endpoints' sequence has them
  * (_protocol_endpoint.c: _clear_flags_and_publish, ready). tests/test_arm_codegen.py reads the
- * `F<n>` comments of this file and checks that each such function has a full barrier in its
- * AArch64 code.
+ * `F<n>` comments of this translation unit (the files included below) and checks that each such
+ * function has a full barrier in its AArch64 code.
  *
  * The flag bytes are loaded and stored single-copy atomically without ordering of their own
  * (rc_load_u8 / rc_store_u8): the spec's relaxed model, in which only the fences order them.

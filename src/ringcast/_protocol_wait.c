@@ -1,4 +1,5 @@
-/* _protocol_wait.c: the eventcount's steps (spec/Ring.tla's Park* and Notify* actions), part of
+/* _protocol_wait.c: the eventcount's steps (spec/Ring.tla's Park* and Notify* actions) and the
+ * spin phase of a wait (spin: tight looks, then a look and a yield per round), part of
  * the ringcast._protocol extension: included by _protocol.c, which has the tracepoint (trace),
  * the action names and the rules every step follows. */
 

@@ -24,7 +24,7 @@ Writer, one message (:meth:`WriterEndpoint.publish`)::
     WriterClearWritten                          written := 0
     WriterWritePayload                          the parts, back to back
     WriterSendOverflow                          only with overflow frames: before the flags
-    F7; WriterClearReadFlag for each reader     read_r := 0
+    F7; WriterClearReadFlag for each live one   read_r := 0 (evicted readers are left alone)
     WriterPublish                               F3; written := 1; w := w + 1
     NotifyLoadWaiters [NotifyWake]              wake parked readers (write_seq)
 
@@ -53,6 +53,7 @@ Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
     [owed: ReaderRecvOverflow]                  a payload a timed-out receive still owes
     ReaderLoadWritten, ReaderLoadReadFlag       (spin, then park on write_seq); F4
     ReaderCopy                                  the caller's copy_out(view)
+    ReaderCheckEvicted (no step point)          evicted meanwhile: drop the copy, EvictedError
     ReaderAck                                   F5; read_r := 1; i := i + 1 (also if copy_out raised)
     NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
     [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack

@@ -12,9 +12,10 @@ the cursors and keeps the diagnostics (flags, liveness) in Python.
 
 Fences (a sequentially consistent fence, ``rc_fence`` of ringcast_fences.h). Which are needed is
 what TLC shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table").
-F1, F3 and F5 are in the C steps; F7 and F4 sit between two steps, so they are in
-:mod:`ringcast.endpoint` (``WriterEndpoint._clear_flags_and_publish``, ``ReaderEndpoint.ready``);
-F6W and F6N in the eventcount's steps (:mod:`ringcast.waiting`, also in _protocol.c):
+F1, F3 and F5 are in the C steps; F7 and F4 sit between two steps, so they are in the endpoints'
+C sequence (_protocol_endpoint.c: ``_clear_flags_and_publish``, ``ready``, which
+:mod:`ringcast.endpoint`'s classes inherit); F6W and F6N in the eventcount's C steps
+(_protocol_wait.c, re-exported by :mod:`ringcast.waiting`):
 
 * F1 after the writer's claim loads: no payload store before the loads that showed every reader
   done. Redundant in the relaxed model (it honours control dependencies, as Arm hardware does);

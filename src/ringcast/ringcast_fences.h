@@ -1,7 +1,7 @@
 /* ringcast_fences.h: every fence and atomic primitive of ringcast, in one place.
  *
  * Included by src/ringcast/_protocol.c (the ring's and the eventcount's steps and the endpoints'
- * sequence), src/ringcast/_atomics.c (ringcast.atomics.fence: the tensor arena's fences) and by
+ * sequence), src/ringcast/_atomics.c (ringcast.atomics: the tensor arena's fence, load_u32) and by
  * src/ringcast/_litmus.c (the litmus tests of `ringcast stress`, docs/stress.md), so the litmus
  * tests exercise the very instructions the ring runs: there is no second copy of a fence.
  *

@@ -5,10 +5,11 @@ a TLC graph of the queue's configuration (``overflow_code``; the parking models)
 
 What the code does in more steps than the spec, or without a step point, is folded:
 
-* *The payload*: the spec writes it in one step (``TwoStepPayload = FALSE``); the queue writer
-  reports ``WriterWritePayload`` once per buffer it copies. The first is the spec's step (the
-  chunk holds the message from then on: no reader looks at it before the publish); the others
-  change nothing the projection shows.
+* *The payload*: the spec writes it in one step (``TwoStepPayload = FALSE``), and so does the
+  queue writer (one C step stores every part). Were there more (a ``split_payload`` publish,
+  which the queue does not use), the first would be the spec's step (the chunk holds the message
+  from then on: no reader looks at it before the publish), and the others change nothing the
+  projection shows.
 * *Inline messages have no send step*: the spec's writer takes ``WriterSendOverflow`` for every
   message (it changes ``fifo`` only for those in ``Big``); the code sends nothing for an inline
   one. A state whose writer is before the send of an inline message is identified with the
