@@ -52,7 +52,7 @@ class QueueRun(RunBase):
         #: the trace: ``(action, process)`` of every step, appended when the model takes it (a
         #: blocking ParkSleep when its sleeper wakes up), as ringcast.trace.tracecheck takes it
         self.records: list[tuple[str, int]] = []
-        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=None, parking=True)
+        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=1, parking=True)
         self.model.NR = self.model.Wr = n_local  # no local readers: the model has nothing to check on the ring
         if n_local == 0:
             self.model.pc = ["claim"]

@@ -202,7 +202,7 @@ def _model_accepts(tr: dict, steps: list) -> bool:
     as a second judge: can it take every step, ending with the run over?"""
     from ringcast.trace.model import ORDER_QUEUE, Conformance, RingModel
 
-    m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=None, parking=True)
+    m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=1, parking=True)
     try:
         for a, p in steps:
             m.step(p, a, m.cursor(p), True if a == "ReaderRecvOverflow" else None)

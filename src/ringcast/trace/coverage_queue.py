@@ -1,15 +1,10 @@
 """Spec-state coverage at the MessageQueue level (docs/stateful.md, *Coverage*): the harness's
 queue model (:class:`ringcast.trace.model.RingModel` with ``order=ORDER_QUEUE``,
-``payload_parts=None``, ``parking=True``, as tests/stateful/queue_run.py runs it) projected onto
+``payload_parts=1``, ``parking=True``, as tests/stateful/queue_run.py runs it) projected onto
 a TLC graph of the queue's configuration (``overflow_code``; the parking models).
 
 What the code does in more steps than the spec, or without a step point, is folded:
 
-* *The payload*: the spec writes it in one step (``TwoStepPayload = FALSE``), and so does the
-  queue writer (one C step stores every part). Were there more (a ``split_payload`` publish,
-  which the queue does not use), the first would be the spec's step (the chunk holds the message
-  from then on: no reader looks at it before the publish), and the others change nothing the
-  projection shows.
 * *Inline messages have no send step*: the spec's writer takes ``WriterSendOverflow`` for every
   message (it changes ``fifo`` only for those in ``Big``); the code sends nothing for an inline
   one. A state whose writer is before the send of an inline message is identified with the
@@ -59,17 +54,13 @@ def graph_quotient(constants: dict):
 def queue_values(m, c: QueueConsts) -> dict:
     """The spec variables of queue model ``m``, folded as the module docstring says."""
     v = model_values(m)
-    pc, data, sent, wk, Wr = list(v["pc"]), list(v["data"]), list(v["sent"]), m.wk, m.Wr
+    pc, wk, Wr = list(v["pc"]), m.wk, m.Wr
 
     def advance() -> None:
         nonlocal wk
         wk += 1
         pc[Wr] = m.Order[wk - 1]
 
-    if pc[Wr] == "payload" and m.parts is None and m.parts_done > 0:
-        data[m.w] = m.msg  # the first WriterWritePayload is the spec's one
-        sent.append(m.msg)
-        advance()
     if pc[Wr] == "send" and m.msg not in c.big:
         advance()
     if not c.parking:
@@ -78,7 +69,7 @@ def queue_values(m, c: QueueConsts) -> dict:
         pc = [after[p] if x == "notify_load" else x for p, x in enumerate(pc)]
     if pc[Wr] in c.order:
         wk = c.order.index(pc[Wr]) + 1
-    return quotient({**v, "pc": tuple(pc), "data": tuple(data), "sent": tuple(sent), "wk": wk})
+    return quotient({**v, "pc": tuple(pc), "wk": wk})
 
 
 class QueueCoverage(Coverage):

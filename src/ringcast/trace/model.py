@@ -10,7 +10,8 @@ hook reported); loads take their value from the model's memory, which the harnes
 the real segment, so the model makes the decisions the real process made (:class:`Conformance`
 when the spec does not allow what the code did). :meth:`RingModel.violations` evaluates the
 spec's invariants and the harness's ``Cursors``. The extensions the spec lacks (``scan_ahead``,
-``payload_parts=None`` and ``parking=True`` for MessageQueue runs) are in docs/stateful.md.
+and ``parking=True`` for MessageQueue runs) are in docs/stateful.md. ``payload_parts``: the
+payload steps of one message (2, the ring-level writer's, as ``TwoStepPayload``; 1, the queue's).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Conformance(AssertionError):
 
 class RingModel:
     def __init__(self, N: int, NR: int, M: int, *, order=ORDER_CORRECT, skip_reader: bool = False, scan_ahead: bool = False,
-                 payload_parts: int | None = 2, parking: bool = False) -> None:
+                 payload_parts: int = 2, parking: bool = False) -> None:
         self.N, self.NR, self.M, self.Wr = N, NR, M, NR
         self.Order, self.SkipReader, self.scan_ahead, self.parts = tuple(order), skip_reader, scan_ahead, payload_parts
         self.written, self.data, self.rflag = [0] * N, [0] * N, [[0] * NR for _ in range(N)]
@@ -101,8 +102,6 @@ class RingModel:
             return self._sleep_next(p)
         if pc in ("claim", "load_w") and self.parking and self.lastfail[p] and not self.rechk[p]:
             return (STEP_ACTION[pc], "ParkSnapshot")
-        if pc == "payload" and self.parts is None and self.parts_done > 0:
-            return ("WriterWritePayload",) + self._order_from(self.wk)
         if pc == "send":
             return self._order_from(self.wk - 1)
         return (STEP_ACTION[pc],)
@@ -181,9 +180,6 @@ class RingModel:
     def WriterWritePayload(self) -> None:
         Wr = self.Wr
         self.parts_done += 1
-        if self.parts is None:
-            self.data[self.w] = -self.msg  # complete when the writer takes its next step
-            return
         if self.parts_done < self.parts:
             self.data[self.w] = -self.msg  # first half: torn
             self.pc[Wr] = "payload_end"
@@ -324,8 +320,6 @@ class RingModel:
         if not writer and self.pc[p] == "load_r" and self.seen[p] == 0 and action != "ReaderLoadReadFlag":
             implicit("ReaderLoadReadFlag", self.ReaderLoadReadFlag, p)
         if writer and not park:
-            if self.pc[p] == "payload" and self.parts is None and self.parts_done > 0 and action != "WriterWritePayload":
-                implicit("WriterWritePayload_end", self._payload_complete)
             if self.pc[p] == "send" and action != "WriterSendOverflow":
                 self._next_step()  # an inline message: no overflow send
         allowed = self.expected(p) if park else (STEP_ACTION[self.pc[p]],)
