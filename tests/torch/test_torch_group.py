@@ -90,3 +90,19 @@ def test_driver_follower(pool4, writer_rank):
         assert r[0] == "follower"
         assert r[1] == 6  # every call that arrived, failed ones included (not the unsent one)
         assert r[2][:3] == [("add", 3), ("add", 1), ("double", 8)]
+
+
+def test_both_spellings_have_the_same_defaults():
+    """``ringcast.torch.create_from_process_group`` is documented as the same call as
+    ``MessageQueue.create_from_process_group``; its chunk size defaulted to 10 MiB, the queue's to
+    24 MiB (DEFAULT_MAX_CHUNK_BYTES)."""
+    import inspect
+
+    import ringcast.torch as rt
+    from ringcast import MessageQueue
+
+    def defaults(fn):
+        return {n: p.default for n, p in inspect.signature(fn).parameters.items() if n in ("max_chunk_bytes", "max_chunks", "writer_rank")}
+
+    assert defaults(rt.create_from_process_group) == defaults(MessageQueue.create_from_process_group)
+    assert len(defaults(rt.create_from_process_group)) == 3

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..groups import as_object_group, check_writer_rank, queue_from_group
-from ..queue import MessageQueue
+from ..queue import DEFAULT_MAX_CHUNK_BYTES, MessageQueue
 from .errors import BroadcastError
 
 __all__ = ["create_from_process_group", "GroupBase"]
@@ -20,7 +20,7 @@ __all__ = ["create_from_process_group", "GroupBase"]
 
 def create_from_process_group(
     pg,
-    max_chunk_bytes: int = 1024 * 1024 * 10,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
     max_chunks: int = 10,
     writer_rank: int = 0,
     *,
@@ -63,7 +63,7 @@ class GroupBase:
         device_group=None,
         *,
         writer_rank: int = 0,
-        max_chunk_bytes: int = 1024 * 1024 * 10,
+        max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
         max_chunks: int = 10,
         connect_ip: str | None = None,
         device: torch.device | str | None = None,
