@@ -2,9 +2,10 @@
 
 (a) every model in spec/models.json gives its expected TLC result and
     distinct-state count (needs TLC: skipped without it, failed under RINGCAST_REQUIRE_TLC=1);
-(b) every spec action tagged ``\\* file.py::Class._method`` names a method
-    that exists in src/ringcast (checked on the AST, nothing is imported),
-    and the method is the action's name in snake case;
+(b) every spec action tagged ``\\* file.py::Class._method`` or
+    ``\\* _protocol.c::Type._method`` names a method that exists in src/ringcast
+    (Python read with ``ast``, C from its type and method tables; nothing is
+    imported), and the method is the action's name in snake case;
 (c) tools/tlc.py's argument handling and output parsing, without java.
 """
 from __future__ import annotations

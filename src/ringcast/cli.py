@@ -77,7 +77,7 @@ def _add_bench(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="implementations to run (ringcast, zmq, pipe, torch, vllm); repeatable; default: all importable",
+        help="implementations to run (ringcast, arena, zmq, pipe, floor, torch, vllm; ringcast always runs); repeatable; default: all importable",
     )
     p.add_argument("--ringcast-spin", type=float, default=None, metavar="S", help="ringcast's spin budget in seconds (default: the library default)")
     p.add_argument("--case", action="append", default=[], metavar="NAME", help="run only cases whose name contains NAME; repeatable")

@@ -11,7 +11,7 @@ src/ringcast/_protocol.c compiled with ``-DRINGCAST_NO_TRACEPOINTS`` (a scratch 
 ringcast/endpoint.py's source recompiled on it with every ``if _steps.hook is not None: ...``
 removed.  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
-spread between trials of the same code (the noise).  The stress suite can call :func:`measure`.
+spread between trials of the same code (the noise).  test_bench_hook calls :func:`measure`.
 
 ``--arena`` does the same for the tensor arena's slot steps (:func:`measure_arena`): one 4 KiB
 buffer placed in a slot (ArenaClaim, ArenaClearWritten, ArenaWrite, ArenaClearReleased,

@@ -6,7 +6,7 @@ A path's step names a process and the spec action it takes; the driver lets exac
 take its next step, after checking that the step it is blocked before *is* that action.  A step
 the code cannot take (it is about to do something else, or is finished), a step whose check
 fails, or a step that lands the code in another spec state than the path's is a *finding*,
-reported with the path; nothing waits longer than the pool's reply timeout (pool.REPLY_TIMEOUT).
+reported with the path; nothing waits longer than the reply timeout (ringcast.trace.child.REPLY_TIMEOUT).
 
 Readers look on after their last message: the spec's readers never stop, so a reader that has
 delivered all M messages keeps looking at its next chunk (``ReaderLoadWritten`` /

@@ -9,9 +9,8 @@ than the writer sends (the spec's readers never stop looking). A receive of an o
 times out where the path says so (the spec's ``TimeoutAnytime``): the harness tells that step to
 move the child's virtual clock past the dequeue's deadline (:class:`ExpiringWorker`), so the
 receive raises at its deadline check although the payload may be queued, as in production when
-the payload is late. Steps the projection folds (a payload's further buffers, NotifyLoadWaiters
-with nobody parked) are taken when the path's next step for that process is due, and must not
-move the projected state.
+the payload is late. Steps the projection folds (NotifyLoadWaiters with nobody parked) are
+taken when the path's next step for that process is due, and must not move the projected state.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ from .queue_run import QueueRun
 from .worker import Worker
 
 MCB = 64  # max_chunk_bytes
-#: steps the projection folds into the step before them
-SILENT = frozenset({"WriterWritePayload", "NotifyLoadWaiters"})
+#: steps the projection folds into the step before them (without parking; with it, none)
+SILENT = frozenset({"NotifyLoadWaiters"})
 
 #: The constants QueueRun implements with two local readers, spinning sides and reader timeouts
 #: (N, NR, M, Big are a run's own).
@@ -134,7 +133,7 @@ def replay(pool: GuidedPool, cov: QueueCoverage, path: list, name: str, *, numbe
     run = QueueRun(_RunPool(pool, 1), n_local=NR, n_remote=0, objs=objects(M, big), max_chunk_bytes=MCB,
                    max_chunks=N, reader_timeout=1e6, **(PARK if parking else {}))
     pc_at = cov.graph.vars.index("pc")
-    silent = {"WriterWritePayload"} if parking else SILENT  # with parking NotifyLoadWaiters is the spec's
+    silent = frozenset() if parking else SILENT  # with parking NotifyLoadWaiters is the spec's
     if parking:
         cov.watch(run)
 

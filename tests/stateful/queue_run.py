@@ -31,7 +31,7 @@ class QueueRun(RunBase):
     with ``spin=0`` it parks after two looks (``tight_looks=0``) and a ParkSleep whose futex word
     has not moved really blocks: no report until a NotifyWake or a shutdown() moves it (use a huge
     ``recheck`` and no timeouts: a timed sleep's cap is real time). After every step: the ring
-    steps and invariants against the model (``Order`` ORDER_QUEUE, any number of payload steps),
+    steps and invariants against the model (``Order`` ORDER_QUEUE, one payload step per message),
     the eventcount words, every delivered object against the writer's sequence."""
 
     #: extra setup options for the writer's / the hooked readers' programs (worker.py; arena_run.py)

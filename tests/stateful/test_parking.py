@@ -1,5 +1,6 @@
-"""The parking protocol (waiting.py) stepped at its own step points: ParkSnapshot, ParkAnnounce,
-ParkRecheck, ParkSleep, ParkRetire, NotifyLoadWaiters, NotifyWake.
+"""The parking protocol (_protocol_wait.c's EventCount steps, waiting.py's park loop) stepped at
+its own step points: ParkSnapshot, ParkAnnounce, ParkRecheck, ParkSleep, ParkRetire,
+NotifyLoadWaiters, NotifyWake.
 
 Each side waits with ``spin=0`` (it parks after two looks) and ``recheck=3600`` s (so only a
 notification or shutdown() can end a sleep: no real-time cap takes part).  ParkSleep really

@@ -1,5 +1,6 @@
-"""The ring protocol (RingWriter / RingReader of ringcast.ring) under Hypothesis-chosen
-interleavings of real processes on a real segment; every step checked against the spec model."""
+"""The ring protocol (ringcast.endpoint's WriterEndpoint / ReaderEndpoint, whose sequence is C,
+over the cursors of ringcast.ring) under Hypothesis-chosen interleavings of real processes on a
+real segment; every step checked against the spec model."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """``ringcast bench``: interleaved side-by-side comparisons (docs/performance.md).
 
-* :mod:`.transports` - ringcast, pyzmq PUB/SUB, multiprocessing.Pipe, torch.distributed
-  (gloo) and vLLM's MessageQueue (torch only when importable; vLLM when importable or given by
-  ``--vllm-loader``, :func:`.transports.load_message_queue_class`);
+* :mod:`.transports` - ringcast (``arena``: with the tensor arena), pyzmq PUB/SUB,
+  multiprocessing.Pipe, the ``floor`` (the payload costs ringcast pays, none of its protocol),
+  torch.distributed (gloo) and vLLM's MessageQueue (torch only when importable; vLLM when
+  importable or given by ``--vllm-loader``, :func:`.transports.load_message_queue_class`);
 * :mod:`.cases` - payloads x readers x modes (hot, idle, flood, silent);
 * :mod:`.runner` - the interleaved runner (A B A B), the in-process baselines (pickle, memcpy)
   and the project's goals;

@@ -1,9 +1,10 @@
 """The ``fences`` scenario of ``ringcast stress``: litmus tests of every fence shape, on this CPU.
 
-The message-level scenarios cannot see a missing fence: the Python code has so much slack between
-its steps that the hardware's reordering window is almost never hit. This scenario runs the C
-litmus tests of ``ringcast._litmus`` (src/ringcast/_litmus.c), built on the very primitives the
-Python side calls (src/ringcast/ringcast_fences.h), in tight loops:
+The message-level scenarios cannot see a missing fence: between two steps of the protocol they
+run whole messages (pickling, waits, system calls), so the hardware's reordering window is almost
+never hit. This scenario runs the C litmus tests of ``ringcast._litmus`` (src/ringcast/_litmus.c),
+built on the very primitives the C steps of ``ringcast._protocol`` run
+(src/ringcast/ringcast_fences.h), in tight loops:
 
 * each shape (eventcount, mp, mp_readflag, rtr; docs/spec.md "Litmus tests") with the shipped
   fences: any forbidden outcome is a FAIL naming the shape and the count;

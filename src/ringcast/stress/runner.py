@@ -93,7 +93,8 @@ def run_scenario(
     ``fault`` is a test-only hook that makes the writer misbehave on purpose, to prove that the
     checker notices: ``"corrupt"``, ``"drop"``, ``"duplicate"`` or ``"reorder"`` (at sequence
     number 5), or ``{"kind": ..., "at": seq}``. Every process must be done by
-    ``traffic + idle + scenario.timeout + spawn_allowance`` seconds from now, or it is stopped
+    ``traffic + idle + scenario.timeout + spawn_allowance`` seconds from now (plus 0.5 s per reader),
+    or it is stopped
     (verdict FAIL).
     """
     if isinstance(fault, str):
