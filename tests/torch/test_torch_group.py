@@ -95,7 +95,7 @@ def test_driver_follower(pool4, writer_rank):
 def test_both_spellings_have_the_same_defaults():
     """``ringcast.torch.create_from_process_group`` is documented as the same call as
     ``MessageQueue.create_from_process_group``; its chunk size defaulted to 10 MiB, the queue's to
-    24 MiB (DEFAULT_MAX_CHUNK_BYTES)."""
+    24 MiB (DEFAULT_MAX_CHUNK_BYTES). A BroadcastGroup's queue has the same defaults too."""
     import inspect
 
     import ringcast.torch as rt
@@ -105,4 +105,5 @@ def test_both_spellings_have_the_same_defaults():
         return {n: p.default for n, p in inspect.signature(fn).parameters.items() if n in ("max_chunk_bytes", "max_chunks", "writer_rank")}
 
     assert defaults(rt.create_from_process_group) == defaults(MessageQueue.create_from_process_group)
+    assert defaults(rt.BroadcastGroup.__init__) == defaults(MessageQueue.create_from_process_group)
     assert len(defaults(rt.create_from_process_group)) == 3
