@@ -104,7 +104,11 @@ class PipeStepper:
 class LockStepper:
     """One step per hold of a global lock, numbered from a shared counter and reported with what
     the child saw (ring level: the segment read back, the state right after the step) before the
-    lock is released. The OS scheduler picks the interleaving (the hook also yields at random)."""
+    lock is released. The OS scheduler picks the interleaving (the hook also yields at random).
+    ``counter``: a shared array, [0] the next step's number, [1] the number of the last step that
+    was not a look (-1: none yet). A ring-level process whose look failed looks again only after
+    such a step (a look changes nothing another look reads), so a run's failed looks are bounded
+    by its other steps, however the scheduler runs the lookers."""
 
     def __init__(self, child, lock, counter) -> None:
         self.child, self.lock, self.counter = child, lock, counter
@@ -119,10 +123,11 @@ class LockStepper:
         c = self.child
         relook = c.ring is not None and action in _LOOK_AGAIN and self.held is not None and self.held[0] in _LOOKS
         self.finish()
-        while relook and self.counter.value == self.last + 1:
-            # the look we held failed (an endless spin): wait until another process took a step
+        while relook and self.counter[1] <= self.last:
+            # the look we held failed (an endless spin): wait until a process took a step that is
+            # not a look (before it, this look would read what the last one read)
             if _real_time.monotonic() > self.deadline:
-                raise TimeoutError(f"process {c.p}: nobody else took a step")
+                raise TimeoutError(f"process {c.p}: nobody else took a step that is not a look")
             os.sched_yield()
         if action == "ParkSleep":
             # futex_wait runs without the lock (a sleeper holding it would stop everyone). The
@@ -140,8 +145,10 @@ class LockStepper:
 
     def _record(self, action: str, index: int, extra) -> None:
         c = self.child
-        seq = self.last = self.counter.value
-        self.counter.value = seq + 1
+        seq = self.last = self.counter[0]
+        self.counter[0] = seq + 1
+        if action not in _LOOKS:
+            self.counter[1] = seq
         flags, data = observe(c.ring, decode) if c.ring is not None else (None, None)
         events, c.events = c.events, []
         c.conn.send(("step", seq, c.p, action, index, extra, events, flags, data))
@@ -161,7 +168,8 @@ class LockStepper:
 
 
 class Child:
-    """One side of a run; ``lockstep = (lock, counter)`` makes it lock-stepped, else pipe-stepped."""
+    """One side of a run; ``lockstep = (lock, counter)`` (:class:`LockStepper`) makes it
+    lock-stepped, else pipe-stepped."""
 
     def __init__(self, conn, lockstep=None) -> None:
         self.conn = conn

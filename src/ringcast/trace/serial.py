@@ -31,7 +31,7 @@ def serialised(NR: int, wcmd: tuple, rcmd, label: str, *, seed: int, timeout: fl
     commands ``wcmd`` and ``rcmd(r, handle)`` (:func:`.child.handshake`), each given its process
     id, a seed and the time limit. Returns the step records ``(seq, p, action, index, extra,
     events, flags, data)`` in counter order and each process's events after its last step."""
-    lock, counter = CTX.Lock(), CTX.Value("q", 0, lock=False)  # the counter is written only under the lock
+    lock, counter = CTX.Lock(), CTX.Array("q", [0, -1], lock=False)  # written only under the lock (LockStepper)
     procs = [ChildProcess(lockstep=(lock, counter), name=f"ringcast-trace-{p}") for p in range(NR + 1)]
     deadline = time.monotonic() + timeout
 
