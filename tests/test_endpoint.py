@@ -156,3 +156,40 @@ def test_overrides_run_inside_the_sequence(ring):
     assert r.receive(lambda v: bytes(v[:1]), timeout=0) == (b"x", None)
     assert calls == ["claim", "publish", ("notify", "writer"), "ready"]
     r.release()
+
+
+def test_an_abort_after_a_read_flag_is_cleared_finishes_the_message():
+    """spec/Ring.tla's FlagOut rule (models abort_code_n1, and abort_code_n1_drop must fail): with
+    one chunk, reader 0 loads the old ``written = 1``, the writer clears reader 0's flag of the
+    next message and an exception ends the enqueue at the second WriterClearReadFlag. Reader 0
+    now loads its cleared flag and takes the chunk as its next message: dropping the message here
+    (the old rule) let the next publish claim the chunk and write into it while reader 0 copied.
+    The message is finished instead: published, and both readers receive it."""
+    from _abort import Interrupt, RaiseAt
+    from ringcast.errors import RingTimeoutError
+    from ringcast.ring import ShmRingBuffer
+
+    rb = ShmRingBuffer(2, 64, 1)
+    w = WriterEndpoint(rb, POLICY)
+    r0, r1 = ReaderEndpoint(rb, 0, POLICY), ReaderEndpoint(rb, 1, POLICY)
+    try:
+        w.publish((b"one",), timeout=0)
+        assert r0.receive(lambda v: bytes(v[:3]), timeout=0) == (b"one", None)
+        assert r1.receive(lambda v: bytes(v[:3]), timeout=0) == (b"one", None)
+        assert r0.cursor._reader_load_written() == 1  # message one's written byte, still set
+        hook = RaiseAt("WriterClearReadFlag", nth=2)
+        with hook.installed(), hook.arm(), pytest.raises(Interrupt):
+            w.publish((b"two",), timeout=0)
+        assert hook.raised == 1
+        assert r0.cursor._reader_load_read_flag() == 0  # reader 0 may take the chunk as message two
+        assert rb.flags(0)[0] == 1, "the message was dropped after a reader's flag was cleared"
+        with pytest.raises(RingTimeoutError):  # the chunk is the readers' until they read message two
+            w.publish((b"six",), timeout=0)
+        assert r0.receive(lambda v: bytes(v[:3]), timeout=0) == (b"two", None)
+        assert r1.receive(lambda v: bytes(v[:3]), timeout=0) == (b"two", None)
+        w.publish((b"three",), timeout=0)
+        assert r0.receive(lambda v: bytes(v[:5]), timeout=0) == (b"three", None)
+    finally:
+        r0.release(), r1.release()
+        rb.close()
+        rb.unlink()

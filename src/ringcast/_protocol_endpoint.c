@@ -30,7 +30,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *cursor;   /* a _WriterSteps / _ReaderSteps (ringcast.ring.RingWriter / RingReader) */
     PyObject *notifies; /* the EventCount the other side parks on */
-    PyObject *owed;     /* the writer's: None or the chunk whose overflow payload went out unpublished */
+    PyObject *owed;     /* the writer's: None or the chunk an exception must not drop (payload out, or a flag cleared) */
     char wake_owed;     /* the writer's: a published message's notify was cut short */
     char owed_payload;  /* a reader's: a marker was acked, its payload not yet received */
 } Endpoint;
@@ -173,6 +173,11 @@ wep_clear_flags_and_publish(Endpoint *ep, PyObject *unused)
     if (bound(ep) < 0)
         return NULL;
     PyObject *cur = ep->cursor, *live = ((Cursor *)cur)->live_readers;
+    /* FlagOut: once a flag is cleared a reader may take the chunk, so the message is owed (finished, never dropped) */
+    PyObject *c = PyLong_FromSsize_t(((Cursor *)cur)->index);
+    if (c == NULL)
+        return NULL;
+    Py_XSETREF(ep->owed, c);
     rc_fence(); /* F7: the payload is visible before any reader can see its flag cleared */
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(live); k++) {
         PyObject *reader = Py_NewRef(PyList_GET_ITEM(live, k));
@@ -442,7 +447,7 @@ static PyMethodDef wep_methods[] = {
 };
 
 static PyMemberDef wep_members[] = {
-    {"owed", T_OBJECT, offsetof(Endpoint, owed), 0, "the chunk whose overflow payload was sent but which an exception left unpublished"},
+    {"owed", T_OBJECT, offsetof(Endpoint, owed), 0, "the chunk whose message an exception must not drop (its overflow payload was sent, or a read flag cleared)"},
     {"wake_owed", T_BOOL, offsetof(Endpoint, wake_owed), 0, "a published message whose NotifyLoadWaiters/NotifyWake an exception cut short"},
     {NULL},
 };

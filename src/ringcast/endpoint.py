@@ -33,7 +33,10 @@ waits for a chunk, or an exception from a signal handler (``KeyboardInterrupt``)
 hook at any step (spec/Ring.tla ``WriterAbort``, models ``abort_code``, ``park_abort_code``).
 Until something of the message leaves the process it is dropped: the chunk stays writable and
 the next publish claims it again (``unpublished()``, the arena's slots are given back). Once its
-overflow payload is on the socket, or once it is published, it is finished instead: the
+overflow payload is on the socket, or once a read flag of it is cleared (FlagOut: a reader that
+loaded the old ``written = 1`` may now take the chunk as its next message, so dropping it would
+let the next publish write into a chunk a reader copies; model ``abort_code_n1``), it is
+finished instead: the
 exception handler clears the flags, publishes and wakes readers before re-raising, and if the
 handler is interrupted too, the next publish finishes it first (``owed``, ``wake_owed``).
 Dropping a message whose payload is already queued would leave that payload for the next
@@ -190,7 +193,8 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
         self.parks_on = EventCount(*ring.read_seq_addrs(), self.counters)  # readers' acks bump read_seq
         self.notifies = EventCount(*ring.write_seq_addrs(), self.counters)  # readers park on write_seq
         self.evict_dead_readers = bool(evict_dead_readers)
-        #: the chunk whose overflow payload was sent but which an exception left unpublished
+        #: the chunk whose message must be finished, not dropped, if an exception ends it
+        #: unpublished (its overflow payload was sent, or a read flag of it was cleared)
         self.owed: int | None = None
         #: a published message whose NotifyLoadWaiters/NotifyWake an exception cut short
         self.wake_owed = False
