@@ -19,7 +19,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringcast import HandleError, MessageQueue, ShmRingBuffer
-from ringcast import channel
+from ringcast import channel, remote
 from ringcast.shm import SHM_DIR, Segment
 
 from _clients import Client
@@ -129,7 +129,7 @@ def test_a_replayed_secret_does_not_stall_the_real_reader():
     h = w.export_handle()
     thief, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.SUB), None
     try:
-        thief.sock.setsockopt(zmq.SUBSCRIBE, h.topic)
+        thief.sock.setsockopt(zmq.SUBSCRIBE, remote.wire_topic(h.topic))  # the messages' topic frame
         assert thief.connect()
         w.wait_until_ready(20)  # the thief's subscription completed the writer's handshake
         r = MessageQueue.create_from_handle(h, 0)

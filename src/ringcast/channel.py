@@ -18,8 +18,10 @@ docs/reliability.md notes.
 
 The TCP socket authenticates every connection before it may send a byte (a ZAP handler in the
 writer, :func:`start_auth`): CurveZMQ by default (encrypted; the keys travel in the handle), or,
-with ``remote_insecure=True``, ZMTP PLAIN with the secret topic as the password (cleartext: a
-sniffer can read it, and everything else). So every TCP peer holds the handle, and the TCP XPUB
+with ``remote_insecure=True``, ZMTP PLAIN with a password derived from the secret topic
+(cleartext: a sniffer can read it, and everything else; the secret itself never goes on the wire,
+and the writer proves itself to each reader connection: :mod:`ringcast.remote`, which is also
+the remote readers' socket). So every TCP peer holds the handle, and the TCP XPUB
 applies each subscription itself, to the connection it came on (not ``XPUB_MANUAL``): libzmq's
 manual mode pairs the subscription the application applies with a queue of connections that an
 upstream *data* frame does not enter, so one peer's frames could make the writer subscribe
@@ -43,6 +45,7 @@ import weakref
 import zmq
 
 from .errors import HandleError
+from .remote import PLAIN_USER, READY, RemoteSub, credentials, is_ready, plain_password, proof, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
@@ -61,13 +64,6 @@ READMIT_BATCH = 16  # upstream messages the writer handles before one message it
 UPSTREAM_MAX = 1024  # bytes: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped)
 UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue upstream
 HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
-PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN, the topic's hex as password
-READY = b"READY"  # the writer's handshake message (ringcast.handshake)
-
-
-def is_ready(frames) -> bool:
-    """``frames`` (bytes or zmq.Frame objects, topic stripped) is the writer's READY."""
-    return len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY
 
 logger = logging.getLogger("ringcast")
 
@@ -245,10 +241,13 @@ class TopicSocket:
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
     __slots__ = ("sock", "topic", "_strip", "_manual", "_more", "readmit", "ready_again", "after_ready", "_next_readmit",
-                 "__weakref__")
+                 "_prover", "__weakref__")
 
-    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False) -> None:
+    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False, prover: bytes | None = None) -> None:
         self.sock, self.topic, self._strip, self._manual = sock, topic, strip, manual
+        #: Writer's remote_insecure socket: the handle's secret, to answer readers' challenges
+        #: (ringcast.remote); ``topic`` is then its wire topic, not the secret.
+        self._prover = prover
         self._more = False  # inside a multipart message being sent frame by frame
         #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
         #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
@@ -273,7 +272,7 @@ class TopicSocket:
             for _ in range(READMIT_BATCH):
                 if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     break
-                admitted |= self.admit(self.sock.recv_multipart())
+                admitted |= self.admit(self.sock.recv_multipart()) is True
             if admitted and self.ready_again:
                 self.sock.send(self.topic, _SNDMORE)
                 self.sock.send(READY)
@@ -307,15 +306,25 @@ class TopicSocket:
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
         return self.sock.poll(timeout, flags)
 
-    def admit(self, msg: list) -> bool:
+    def admit(self, msg: list) -> bool | None:
         """Writer: ``msg`` (from recv_multipart) is a subscription to exactly the secret topic:
-        say so, and on the manual (local) socket apply it to the pipe it came from. Anything else
-        (another topic, an unsubscription, a message) is ignored; on the local socket that peer
-        receives nothing."""
-        if len(msg) == 1 and msg[0] == b"\x01" + self.topic:
+        say so, and on the manual (local) socket apply it to the pipe it came from. On the
+        remote_insecure socket a subscription to the topic and a reader's nonce is its challenge:
+        answer it with the proof (:mod:`ringcast.remote`) and return None (neither counted nor a
+        stray). Anything else (another topic, an unsubscription, a message) is ignored; on the
+        local socket that peer receives nothing."""
+        if len(msg) != 1:
+            return False
+        m, t = msg[0], self.topic
+        if m == b"\x01" + t:
             if self._manual:
-                self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+                self.sock.setsockopt(zmq.SUBSCRIBE, t)
             return True
+        if self._prover is not None and len(m) == 1 + 2 * len(t) and m[1:1 + len(t)] == t:
+            nonce = bytes(m[1 + len(t):])
+            self.sock.send(t + nonce, _SNDMORE)
+            self.sock.send(proof(self._prover, nonce))
+            return None
         return False
 
     def __getattr__(self, name):
@@ -324,7 +333,9 @@ class TopicSocket:
 
 def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket:
     """The writer's socket on ``addr``. A tcp:// one authenticates every peer through the ZAP
-    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (topic as password)."""
+    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a password derived
+    from the topic; the messages' topic frame is derived too, and the socket answers readers'
+    challenges: :mod:`ringcast.remote`)."""
     s = ctx.socket(zmq.XPUB)
     if addr.startswith("tcp://"):
         if curve_secret is not None:
@@ -348,7 +359,8 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     except zmq.ZMQError:
         s.close(0)
         raise
-    ts = TopicSocket(s, topic, strip=False, manual=manual)
+    insecure = addr.startswith("tcp://") and curve_secret is None
+    ts = TopicSocket(s, wire_topic(topic) if insecure else topic, strip=False, manual=manual, prover=topic if insecure else None)
     if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
         weakref.finalize(ts, remove_local, addr[len("ipc://"):])
     return ts
@@ -377,27 +389,24 @@ def reachable_ipc(path: str) -> str:
     return path if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) else via_root
 
 
-def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket:
+def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket | RemoteSub:
+    """A reader's socket: a SUB on the local (ipc) socket, a :class:`~ringcast.remote.RemoteSub`
+    (which proves its server and stops reconnecting once it is gone) on the remote one."""
     if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
         raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
-    if addr.startswith("ipc://"):
-        addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
-    s = ctx.socket(zmq.SUB)
     if addr.startswith("tcp://"):
-        credentials(s, topic, curve_keys)
+        return RemoteSub(ctx, addr, topic, ipv6, curve_keys)
+    addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
+    s = ctx.socket(zmq.SUB)
     s.setsockopt(zmq.RCVHWM, 0)
     s.setsockopt(zmq.LINGER, 0)
-    if ipv6:
-        s.setsockopt(zmq.IPV6, 1)
     s.setsockopt(zmq.SUBSCRIBE, topic)
     try:
         s.connect(addr)
     except zmq.ZMQError as e:
         s.close(0)
         raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
-    ts = TopicSocket(s, topic, strip=True)
-    ts.ready_again = addr.startswith("tcp://")
-    return ts
+    return TopicSocket(s, topic, strip=True)
 
 
 def check_remote_security(insecure: bool) -> None:
@@ -406,7 +415,8 @@ def check_remote_security(insecure: bool) -> None:
     if insecure:
         logger.warning(
             "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
-            "sniff it can read every message and replay the handle's secret to join as a reader"
+            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
+            "the network path can alter messages"
         )
     elif not zmq.has("curve"):
         raise RuntimeError(
@@ -414,19 +424,6 @@ def check_remote_security(insecure: bool) -> None:
             "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
             "remote_insecure=True to accept a cleartext channel"
         )
-
-
-def credentials(sock, topic: bytes, curve_keys) -> None:
-    """Give a client socket what the writer's TCP socket asks of it (:func:`xpub`): the CURVE
-    keys of the handle, or PLAIN with the topic when the handle has none (remote_insecure)."""
-    if curve_keys is not None:
-        server_public, client_public, client_secret = curve_keys
-        sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
-    else:
-        sock.setsockopt_string(zmq.PLAIN_USERNAME, PLAIN_USER)
-        sock.setsockopt_string(zmq.PLAIN_PASSWORD, topic.hex())
 
 
 def start_auth(ctx, topic: bytes, curve: bool):
@@ -440,7 +437,7 @@ def start_auth(ctx, topic: bytes, curve: bool):
     auth = ThreadAuthenticator(ctx, log=logging.getLogger("ringcast.zap"))
     auth.start()
     if not curve:
-        auth.configure_plain(domain="*", passwords={PLAIN_USER: topic.hex()})
+        auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})
         return auth, None, None
     server_public, server_secret = zmq.curve_keypair()
     client_public, client_secret = zmq.curve_keypair()

@@ -17,6 +17,7 @@ __all__ = [
     "ClosedError",
     "RoleError",
     "HandleError",
+    "ImpostorError",
     "LayoutError",
     "ShmSpaceError",
     "PeerDiedError",
@@ -51,6 +52,12 @@ class RoleError(RingcastError, RuntimeError):
 
 class HandleError(RingcastError, ValueError):
     """A handle (or rank) does not describe a queue/segment this process can attach to."""
+
+
+class ImpostorError(HandleError):
+    """A remote reader's server sent a message before proving that it is the queue's writer
+    (remote_insecure: :mod:`ringcast.remote`): another process holds the writer's address, so
+    the writer is gone. Nothing of the message was unpickled."""
 
 
 class LayoutError(HandleError):

@@ -130,9 +130,10 @@ def writer_handshake(channels, recv) -> None:
         while got < n:
             stray = f"; {ignored} subscription(s) without the handle's secret ignored" if ignored else ""
             msg = recv(sock, f"waiting for {kind} reader subscriptions ({got}/{n} so far{stray})")
-            if sock.admit(msg):
+            admitted = sock.admit(msg)  # None: a remote reader's challenge, answered (ringcast.remote)
+            if admitted:
                 got += 1
-            elif msg[0][:1] == b"\x01":
+            elif admitted is False and msg[0][:1] == b"\x01":
                 ignored += 1
         if n:
             sock.send(READY)

@@ -1,0 +1,115 @@
+"""Issue 35, point 1: whoever takes the writer's TCP port once the writer is gone cannot feed its
+remote readers, nor learn the handle's secret from them (ringcast.remote).
+
+Each test: a writer and a remote reader exchange a message; the writer closes; an impostor in
+this process binds the freed port (an ephemeral port the kernel gave the writer) and, for every
+subscription it sees, sends a pickle that would create a file if unpickled, under the
+subscription's own topic (and the first 16 bytes of it). Before issue 35 the reader reconnected
+to it, sent the handle's secret as its PLAIN password and unpickled the file-creating message
+(remote_insecure); or waited forever (CURVE). Now it raises ImpostorError (a wrong answer to its
+challenge) or DeadWriterError (no server it can connect to within RECONNECT_WINDOW), and the
+impostor saw neither the secret nor anything derived from it other than the password, wire
+topic and nonce."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+
+import pytest
+import zmq
+
+from ringcast import DeadWriterError, ImpostorError, MessageQueue
+from ringcast import remote
+
+
+class _Creates:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+class Impostor:
+    """An XPUB on ``addr`` that accepts every client: a ZAP handler answering 200 to each request
+    (recording the credentials it was shown), PLAIN or CURVE server or neither (``mechanism``)."""
+
+    def __init__(self, addr: str, mechanism: str, evil: bytes) -> None:
+        self.ctx = zmq.Context()
+        self.shown: list[bytes] = []  # every frame a client sent: ZAP credentials, subscriptions
+        self.evil, self.stop = evil, threading.Event()
+        self.zap = self.ctx.socket(zmq.REP)
+        self.zap.bind("inproc://zeromq.zap.01")
+        self.sock = self.ctx.socket(zmq.XPUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        if mechanism == "plain":
+            self.sock.setsockopt(zmq.PLAIN_SERVER, 1)
+        elif mechanism == "curve":
+            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+            self.sock.setsockopt(zmq.CURVE_SECRETKEY, zmq.curve_keypair()[1])
+        self.sock.bind(addr)  # the writer's port: free again
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.zap, zmq.POLLIN)
+        poller.register(self.sock, zmq.POLLIN)
+        while not self.stop.is_set():
+            ready = dict(poller.poll(20))
+            if self.zap in ready:
+                req = self.zap.recv_multipart()
+                self.shown.extend(req[6:])  # PLAIN: user, password; CURVE: the client's public key
+                self.zap.send_multipart([b"1.0", req[1], b"200", b"OK", b"user", b""])
+            if self.sock in ready:
+                sub = self.sock.recv_multipart()[0]
+                self.shown.append(sub)
+                for topic in (sub[1:], sub[1:17]):
+                    self.sock.send_multipart([topic, self.evil])
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.sock.close(0)
+        self.zap.close(0)
+        self.ctx.term()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("insecure, mechanism, raises", [
+    pytest.param(True, "plain", ImpostorError, id="insecure-plain-impostor"),
+    pytest.param(True, "null", DeadWriterError, id="insecure-null-impostor"),
+    pytest.param(False, "curve", DeadWriterError, id="curve-impostor"),
+])
+def test_an_impostor_on_the_writers_port_is_refused(insecure, mechanism, raises, tmp_path, monkeypatch):
+    monkeypatch.setattr(remote, "RECONNECT_WINDOW", 2.0)  # bounds the test; the outcome does not depend on it
+    marker = str(tmp_path / "attacker-code-ran")
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
+    h = w.export_handle()
+    r = MessageQueue.create_from_handle(h, 0)
+    imp = None
+    try:
+        ready = threading.Thread(target=r.wait_until_ready, args=(20,), daemon=True)
+        ready.start()
+        w.wait_until_ready(20)
+        ready.join(20)
+        w.enqueue("from the writer", timeout=5)
+        assert r.dequeue(timeout=10) == "from the writer"
+        w.close()
+        imp = Impostor(h.remote_subscribe_addr, mechanism, pickle.dumps(_Creates(marker)))
+        with pytest.raises(raises, match=r"127\.0\.0\.1"):
+            r.dequeue(timeout=30)
+        assert not os.path.exists(marker), "the reader unpickled the impostor's message"
+        shown = b"".join(imp.shown)
+        for secret in (h.topic, h.topic.hex().encode()):
+            assert secret not in shown, "the impostor received the handle's secret"
+        if h.remote_curve_keys is not None:
+            assert h.remote_curve_keys[2] not in shown
+    finally:
+        if imp is not None:
+            imp.close()
+        for q in (w, r):
+            q.close()
