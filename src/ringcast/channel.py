@@ -147,7 +147,12 @@ def _ipc_bases(create: bool = True):
     for d in (xdg, RUN_USER):
         if d and os.path.isabs(d) and _private_dir(d):
             yield d, None
-    yield tempfile.gettempdir(), None
+    try:
+        tmp = tempfile.gettempdir()
+    except OSError as e:  # every candidate full or unwritable: gettempdir() itself raises
+        yield None, f"the temp dir: {e.strerror or e}"
+    else:
+        yield tmp, None
     try:
         yield _user_cache_dir(create), None
     except OSError as e:
