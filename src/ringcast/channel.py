@@ -431,6 +431,19 @@ def check_remote_security(insecure: bool) -> None:
         )
 
 
+class _ZapLog(logging.LoggerAdapter):
+    """The ZAP handler's logger: pyzmq logs a PLAIN client's password at DEBUG (the credential
+    that admits a reader); the part from ``password`` on is replaced, its arguments dropped."""
+
+    def log(self, level, msg, *args, **kwargs):
+        at = str(msg).find("password")
+        if at >= 0:
+            msg = str(msg)[:at]
+            args = args[:msg.count("%")]
+            msg += "password=<not logged>"
+        super().log(level, msg, *args, **kwargs)
+
+
 def start_auth(ctx, topic: bytes, curve: bool):
     """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
     ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
@@ -439,7 +452,7 @@ def start_auth(ctx, topic: bytes, curve: bool):
     or None)``; stop the authenticator at close."""
     from zmq.auth.thread import ThreadAuthenticator
 
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("ringcast.zap"))
+    auth = ThreadAuthenticator(ctx, log=_ZapLog(logging.getLogger("ringcast.zap"), None))
     auth.start()
     if not curve:
         auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})

@@ -38,9 +38,9 @@ class Handle:
     n_reader: int = 0
     #: (server public key, client public key, client secret key) when the remote channel uses
     #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
-    remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
+    remote_curve_keys: tuple[bytes, bytes, bytes] | None = field(default=None, repr=False)  # secret: not in repr()
     #: The subscription secret: the writer's sockets admit only subscribers presenting it.
-    topic: bytes | None = None
+    topic: bytes | None = field(default=None, repr=False)  # secret: not in repr()
     #: The tensor arena's segment (``TensorArena.handle()``) when the writer has one, else None.
     tensor_arena: tuple | None = None
     version: int = HANDLE_VERSION
