@@ -32,7 +32,6 @@ RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per messag
 
 from __future__ import annotations
 
-import logging
 import errno
 import os
 import secrets
@@ -45,7 +44,7 @@ import weakref
 import zmq
 
 from .errors import HandleError
-from .remote import PLAIN_USER, READY, RemoteSub, credentials, is_ready, plain_password, proof, wire_topic
+from .remote import READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
@@ -64,8 +63,6 @@ READMIT_BATCH = 16  # upstream messages the writer handles before one message it
 UPSTREAM_MAX = 1024  # bytes: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped)
 UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue upstream
 HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
-
-logger = logging.getLogger("ringcast")
 
 POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
 
@@ -412,60 +409,6 @@ def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> To
         s.close(0)
         raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
     return TopicSocket(s, topic, strip=True)
-
-
-def check_remote_security(insecure: bool) -> None:
-    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
-    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
-    if insecure:
-        logger.warning(
-            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
-            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
-            "the network path can alter messages"
-        )
-    elif not zmq.has("curve"):
-        raise RuntimeError(
-            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
-            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
-            "remote_insecure=True to accept a cleartext channel"
-        )
-
-
-class _ZapLog(logging.LoggerAdapter):
-    """The ZAP handler's logger: pyzmq logs a PLAIN client's password at DEBUG (the credential
-    that admits a reader); the part from ``password`` on is replaced, its arguments dropped."""
-
-    def log(self, level, msg, *args, **kwargs):
-        at = str(msg).find("password")
-        if at >= 0:
-            msg = str(msg)[:at]
-            args = args[:msg.count("%")]
-            msg += "password=<not logged>"
-        super().log(level, msg, *args, **kwargs)
-
-
-def start_auth(ctx, topic: bytes, curve: bool):
-    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
-    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
-    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
-    ``(authenticator, server secret key or None, (server public, client public, client secret)
-    or None)``; stop the authenticator at close."""
-    from zmq.auth.thread import ThreadAuthenticator
-
-    auth = ThreadAuthenticator(ctx, log=_ZapLog(logging.getLogger("ringcast.zap"), None))
-    auth.start()
-    if not curve:
-        auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})
-        return auth, None, None
-    server_public, server_secret = zmq.curve_keypair()
-    client_public, client_secret = zmq.curve_keypair()
-
-    class _OnlyHandleHolders:
-        def callback(self, domain, key):
-            return key == client_public
-
-    auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
-    return auth, server_secret, (server_public, client_public, client_secret)
 
 
 def close_all(sockets, auth, ctx, ipc_path: str | None) -> None:

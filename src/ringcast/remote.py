@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 
@@ -42,7 +43,9 @@ from zmq.utils.monitor import recv_monitor_message
 from .errors import DeadWriterError, HandleError, ImpostorError
 
 __all__ = ["RemoteSub", "READY", "is_ready", "derive", "wire_topic", "plain_password", "proof", "credentials",
-           "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
+           "start_auth", "check_remote_security", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
+
+logger = logging.getLogger("ringcast")
 
 READY = b"READY"  # the writer's handshake message (ringcast.handshake)
 PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN user; the password is plain_password(secret)
@@ -205,3 +208,57 @@ class RemoteSub:
     @property
     def closed(self) -> bool:
         return self.sock is None
+
+
+def check_remote_security(insecure: bool) -> None:
+    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
+    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
+    if insecure:
+        logger.warning(
+            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
+            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
+            "the network path can alter messages"
+        )
+    elif not zmq.has("curve"):
+        raise RuntimeError(
+            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
+            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
+            "remote_insecure=True to accept a cleartext channel"
+        )
+
+
+class _ZapLog(logging.LoggerAdapter):
+    """The ZAP handler's logger: pyzmq logs a PLAIN client's password at DEBUG (the credential
+    that admits a reader); the part from ``password`` on is replaced, its arguments dropped."""
+
+    def log(self, level, msg, *args, **kwargs):
+        at = str(msg).find("password")
+        if at >= 0:
+            msg = str(msg)[:at]
+            args = args[:msg.count("%")]
+            msg += "password=<not logged>"
+        super().log(level, msg, *args, **kwargs)
+
+
+def start_auth(ctx, topic: bytes, curve: bool):
+    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
+    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
+    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
+    ``(authenticator, server secret key or None, (server public, client public, client secret)
+    or None)``; stop the authenticator at close."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    auth = ThreadAuthenticator(ctx, log=_ZapLog(logging.getLogger("ringcast.zap"), None))
+    auth.start()
+    if not curve:
+        auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})
+        return auth, None, None
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+
+    class _OnlyHandleHolders:
+        def callback(self, domain, key):
+            return key == client_public
+
+    auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
+    return auth, server_secret, (server_public, client_public, client_secret)
