@@ -26,7 +26,7 @@ applies each subscription itself, to the connection it came on (not ``XPUB_MANUA
 manual mode pairs the subscription the application applies with a queue of connections that an
 upstream *data* frame does not enter, so one peer's frames could make the writer subscribe
 another peer's connection (a stranger took a remote reader's place that way before, issue 20).
-Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17),
+Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17 or 33),
 RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per message sent.
 """
 
@@ -44,7 +44,7 @@ import weakref
 import zmq
 
 from .errors import HandleError
-from .remote import READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
+from .remote import NONCE_BYTES, READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
@@ -60,7 +60,10 @@ READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscrip
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
 READMIT_BATCH = 16  # upstream messages the writer handles before one message it sends (bounded work)
-UPSTREAM_MAX = 1024  # bytes: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped)
+#: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped). It bounds the ZMTP
+#: handshake's commands too (a CURVE INITIATE is ~300 bytes): 1 KiB, not the 33 bytes of the
+#: longest subscription a reader sends (a remote_insecure reader's challenge).
+UPSTREAM_MAX = 1024
 UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue upstream
 HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
 
@@ -322,7 +325,7 @@ class TopicSocket:
             if self._manual:
                 self.sock.setsockopt(zmq.SUBSCRIBE, t)
             return True
-        if self._prover is not None and len(m) == 1 + 2 * len(t) and m[1:1 + len(t)] == t:
+        if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES and m[1:1 + len(t)] == t:
             nonce = bytes(m[1 + len(t):])
             self.sock.send(t + nonce, _SNDMORE)
             self.sock.send(proof(self._prover, nonce))
