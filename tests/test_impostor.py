@@ -20,8 +20,10 @@ import threading
 import pytest
 import zmq
 
-from ringcast import DeadWriterError, ImpostorError, MessageQueue
+from ringcast import DeadWriterError, ImpostorError
 from ringcast import remote
+
+from _clients import joined_pair
 
 
 class _Creates:
@@ -87,15 +89,10 @@ class Impostor:
 def test_an_impostor_on_the_writers_port_is_refused(insecure, mechanism, raises, tmp_path, monkeypatch):
     monkeypatch.setattr(remote, "RECONNECT_WINDOW", 2.0)  # bounds the test; the outcome does not depend on it
     marker = str(tmp_path / "attacker-code-ran")
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
+    w, r = joined_pair(connect_ip="127.0.0.1", remote_insecure=insecure)
     h = w.export_handle()
-    r = MessageQueue.create_from_handle(h, 0)
     imp = None
     try:
-        ready = threading.Thread(target=r.wait_until_ready, args=(20,), daemon=True)
-        ready.start()
-        w.wait_until_ready(20)
-        ready.join(20)
         w.enqueue("from the writer", timeout=5)
         assert r.dequeue(timeout=10) == "from the writer"
         w.close()
@@ -111,5 +108,29 @@ def test_an_impostor_on_the_writers_port_is_refused(insecure, mechanism, raises,
     finally:
         if imp is not None:
             imp.close()
+        for q in (w, r):
+            q.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("insecure", [pytest.param(False, id="curve-default"), pytest.param(True, id="remote_insecure")])
+def test_a_remote_reader_raises_once_its_writer_is_gone(insecure, monkeypatch):
+    """Nobody on the port: the reader tries again every RECONNECT_IVL, then raises DeadWriterError
+    naming the address and the time it waited (before: it reconnected forever; a dequeue without
+    a timeout never returned)."""
+    monkeypatch.setattr(remote, "RECONNECT_WINDOW", 1.0)
+    w, r = joined_pair(connect_ip="127.0.0.1", remote_insecure=insecure)
+    h = w.export_handle()
+    try:
+        sent = [(i, b"x" * 50_000) for i in range(200)]
+        for m in sent:
+            w.enqueue(m, timeout=5)
+        w.close()
+        # What was sent before is delivered, the reader reading as the connection closes (with
+        # ZMQ_RECONNECT_IVL -1, libzmq 4.3.5 dropped such messages or aborted the process).
+        assert [r.dequeue(timeout=10) for _ in sent] == sent
+        with pytest.raises(DeadWriterError, match=rf"{h.remote_subscribe_addr} has not been reachable for 1\.\d s"):
+            r.dequeue()
+    finally:
         for q in (w, r):
             q.close()

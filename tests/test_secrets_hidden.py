@@ -6,17 +6,17 @@ keys, and pyzmq's ZAP handler logged ``password=<topic hex>`` (remote_insecure).
 from __future__ import annotations
 
 import logging
-import threading
 
 import pytest
 
-from ringcast import MessageQueue
 from ringcast import remote
 
+from _clients import joined_pair
+
 MODES = {
-    "local": dict(n_reader=1, n_local_reader=1),
-    "curve": dict(n_reader=1, n_local_reader=0, connect_ip="127.0.0.1"),
-    "remote_insecure": dict(n_reader=1, n_local_reader=0, connect_ip="127.0.0.1", remote_insecure=True),
+    "local": dict(n_local_reader=1),
+    "curve": dict(connect_ip="127.0.0.1"),
+    "remote_insecure": dict(connect_ip="127.0.0.1", remote_insecure=True),
 }
 
 
@@ -33,15 +33,9 @@ def _secrets(h) -> list[str]:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_no_secret_in_the_handles_repr_or_a_debug_log(mode, caplog):
     caplog.set_level(logging.DEBUG)  # the root logger: every logger, pyzmq's ZAP handler's included
-    kw = MODES[mode]
-    w = MessageQueue(kw.pop("n_reader"), kw.pop("n_local_reader"), **kw)
+    w, r = joined_pair(**MODES[mode])
     h = w.export_handle()
-    r = MessageQueue.create_from_handle(h, 0)
     try:
-        t = threading.Thread(target=r.wait_until_ready, args=(20,), daemon=True)
-        t.start()
-        w.wait_until_ready(20)
-        t.join(20)
         w.enqueue({"x": 1}, timeout=10)
         assert r.dequeue(timeout=10) == {"x": 1}
     finally:

@@ -10,8 +10,13 @@ proof key.
 
 Each connection proves its server before the reader accepts a message from it:
 
-* a reader's SUB socket never reconnects (``ZMQ_RECONNECT_IVL`` -1): it has at most one TCP
-  connection in its life, so every message it delivers came over that one connection;
+* a reader's SUB socket is used for one TCP connection only: it does not reconnect by itself
+  (``ZMQ_RECONNECT_IVL`` of a day, not -1: with -1 libzmq 4.3.5 drops the messages still queued
+  from a closed connection and aborts the process, ``!_more`` in fq.cpp, when that happens
+  between two frames of a message), and after every message it reads it looks at the socket's
+  connection events: a second completed ZMTP handshake means the message may come from another
+  server, so it is dropped with the socket (a handshake event is posted before any message of its
+  connection, so the look after the read cannot miss it);
 * it first subscribes to ``wire topic + nonce`` only (a fresh random nonce per socket); the
   writer answers that subscription with ``[wire topic + nonce, HMAC(proof key, nonce)]``
   (:meth:`ringcast.channel.TopicSocket.admit`). Only after a correct proof does the reader
@@ -52,8 +57,9 @@ PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN user; the password is pla
 NONCE_BYTES = 16  # a reader socket's challenge to its server
 RECONNECT_IVL = 0.1  # seconds between a remote reader's attempts to reach its writer again
 RECONNECT_WINDOW = 10.0  # seconds without a connection after which a remote reader raises DeadWriterError
-_DEAD = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED  # the socket's one connection is over (or never came)
+_DEAD = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | zmq.EVENT_CONNECT_RETRIED  # its connection is over, or never came
 _EVENTS = _DEAD | zmq.EVENT_HANDSHAKE_SUCCEEDED
+_NO_RECONNECT_MS = 86_400_000  # libzmq's own reconnection, never reached: RemoteSub replaces the socket
 
 
 def is_ready(frames) -> bool:
@@ -116,7 +122,7 @@ class RemoteSub:
         s = self.ctx.socket(zmq.SUB)
         try:
             credentials(s, self._secret, self.curve_keys)
-            s.setsockopt(zmq.RECONNECT_IVL, -1)  # one connection per socket: see the module docstring
+            s.setsockopt(zmq.RECONNECT_IVL, _NO_RECONNECT_MS)  # one connection per socket: module docstring
             s.setsockopt(zmq.RCVHWM, 0)
             s.setsockopt(zmq.LINGER, self._linger)
             if self.ipv6:
@@ -128,7 +134,7 @@ class RemoteSub:
         self._nonce = secrets.token_bytes(NONCE_BYTES) if self.curve_keys is None else b""
         self._proven = self.curve_keys is not None  # CURVE: the handshake proved the server
         s.setsockopt(zmq.SUBSCRIBE, self.topic + self._nonce)
-        self.sock, self.mon, self._dead = s, mon, False
+        self.sock, self.mon, self._dead, self._handshakes = s, mon, False, 0
         try:
             s.connect(self.addr)
         except zmq.ZMQError as e:
@@ -141,15 +147,24 @@ class RemoteSub:
         self.sock.close()
         self.sock = self.mon = None
 
-    def _watch(self) -> None:
-        """Read the socket's connection events; replace a socket whose connection is over once it
-        has delivered everything; DeadWriterError after RECONNECT_WINDOW without a connection."""
+    def _events(self) -> None:
         while self.mon.poll(0):
             event = recv_monitor_message(self.mon)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshakes += 1
                 self._down_since = None
             elif event & _DEAD:
                 self._dead = True
+
+    def _replace(self) -> None:
+        self._next_attempt = time.monotonic() + RECONNECT_IVL
+        self._close_current()
+        self._open()
+
+    def _watch(self) -> None:
+        """Read the socket's connection events; replace a socket whose connection is over once it
+        has delivered everything; DeadWriterError after RECONNECT_WINDOW without a connection."""
+        self._events()
         if self._dead and self.sock.poll(0):
             return  # what the ended connection delivered comes first
         now = time.monotonic()
@@ -162,16 +177,22 @@ class RemoteSub:
                 "reader does not reconnect after that (join a new queue)"
             )
         if self._dead and now >= self._next_attempt:
-            self._next_attempt = now + RECONNECT_IVL
-            self._close_current()
-            self._open()
+            self._replace()
 
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
+        ready = self.sock.poll(0, flags)  # a message waiting: nothing else to look at (as cheap as before)
+        if ready:
+            return ready
         self._watch()
         return self.sock.poll(timeout, flags)
 
     def recv_multipart(self, copy: bool = True) -> list | None:
         frames = self.sock.recv_multipart(copy=copy)
+        if self.mon.poll(0):
+            self._events()
+            if self._handshakes > 1:  # a second connection: this message may be another server's
+                self._replace()
+                return None
         head = frames[0] if copy else frames[0].bytes
         if self._proven and head == self.topic:
             frames = frames[1:]
