@@ -48,7 +48,31 @@ class Client:
             n += 1
         return n
 
+    def keep_sending(self, frames, pause: float) -> None:
+        """Send ``frames`` (never blocking), one round every ``pause`` seconds, in a thread, until
+        :meth:`stop_sending` (or :meth:`close`)."""
+        self._stop = threading.Event()
+
+        def run():
+            while not self._stop.is_set():
+                for f in frames:
+                    try:
+                        self.sock.send(f, zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                self._stop.wait(pause)
+
+        self._sender = threading.Thread(target=run, daemon=True)
+        self._sender.start()
+
+    def stop_sending(self) -> None:
+        if getattr(self, "_sender", None) is not None:
+            self._stop.set()
+            self._sender.join(10)
+            self._sender = None
+
     def close(self) -> None:
+        self.stop_sending()
         self.sock.disable_monitor()
         self.mon.close(0)
         self.sock.close(0)

@@ -11,7 +11,10 @@ socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port r
 Both sockets count for the READY handshake only subscribers presenting the queue's secret topic
 (random, in the handle). The local (ipc) XPUB runs in ``XPUB_MANUAL`` mode and applies a
 subscription only if its topic is exactly the secret, so a stray same-user subscriber neither
-counts nor receives anything. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
+counts nor receives anything. A same-user process that also sends data frames could make libzmq
+apply a reader's subscription to its own connection (manual mode queues data frames without
+their pipe); readers never send one, so once the writer has seen one it refuses to admit any
+reader (:meth:`TopicSocket.admit`, ImpostorError): such a process can stop a queue, not read it. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
 send and strips it on receive). Outbound high-water marks are 0 (unbounded) so that ZeroMQ never
 drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
 docs/reliability.md notes.
@@ -43,7 +46,7 @@ import weakref
 
 import zmq
 
-from .errors import HandleError
+from .errors import HandleError, ImpostorError
 from .remote import NONCE_BYTES, READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
@@ -246,13 +249,16 @@ class TopicSocket:
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
     __slots__ = ("sock", "topic", "_strip", "_manual", "_more", "readmit", "ready_again", "after_ready", "_next_readmit",
-                 "_prover", "__weakref__")
+                 "_prover", "_tainted", "__weakref__")
 
     def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False, prover: bytes | None = None) -> None:
         self.sock, self.topic, self._strip, self._manual = sock, topic, strip, manual
         #: Writer's remote_insecure socket: the handle's secret, to answer readers' challenges
         #: (ringcast.remote); ``topic`` is then its wire topic, not the secret.
         self._prover = prover
+        #: Local (manual) socket: a peer sent a data frame, which libzmq queues without its pipe,
+        #: so from then on the pipe a subscription is applied to may be another peer's (admit).
+        self._tainted = False
         self._more = False  # inside a multipart message being sent frame by frame
         #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
         #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
@@ -318,11 +324,20 @@ class TopicSocket:
         answer it with the proof (:mod:`ringcast.remote`) and return None (neither counted nor a
         stray). Anything else (another topic, an unsubscription, a message) is ignored; on the
         local socket that peer receives nothing."""
+        if self._manual and not all(f[:1] in (b"\x00", b"\x01") for f in msg):
+            self._tainted = True  # only a stray sends data frames: readers' SUBs never do
         if len(msg) != 1:
             return False
         m, t = msg[0], self.topic
         if m == b"\x01" + t:
             if self._manual:
+                if self._tainted:
+                    raise ImpostorError(
+                        f"a process that is no reader of this queue sent data frames to its local socket "
+                        f"{self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()!r}, so libzmq (XPUB_MANUAL) may apply a "
+                        "reader's subscription to that process's connection: the writer refuses to admit it. A process "
+                        "of this user is interfering with the queue: stop it and create the queue again"
+                    )
                 self.sock.setsockopt(zmq.SUBSCRIBE, t)
             return True
         if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES and m[1:1 + len(t)] == t:

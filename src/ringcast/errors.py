@@ -55,9 +55,11 @@ class HandleError(RingcastError, ValueError):
 
 
 class ImpostorError(HandleError):
-    """A remote reader's server sent a message before proving that it is the queue's writer
-    (remote_insecure: :mod:`ringcast.remote`): another process holds the writer's address, so
-    the writer is gone. Nothing of the message was unpickled."""
+    """A peer is not who it must be. A remote reader's server sent a message before proving that
+    it is the queue's writer (remote_insecure: :mod:`ringcast.remote`): another process holds the
+    writer's address, so the writer is gone; nothing of the message was unpickled. Or a process
+    that is no reader sent data frames to the writer's local socket, after which the writer can
+    no longer tell its readers' connections from that process's."""
 
 
 class LayoutError(HandleError):
