@@ -3,6 +3,8 @@ holders of the handle, for the channel security tests."""
 
 from __future__ import annotations
 
+import threading
+
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -46,8 +48,54 @@ class Client:
             n += 1
         return n
 
+    def keep_sending(self, frames, pause: float) -> None:
+        """Send ``frames`` (never blocking), one round every ``pause`` seconds, in a thread, until
+        :meth:`stop_sending` (or :meth:`close`)."""
+        self._stop = threading.Event()
+
+        def run():
+            while not self._stop.is_set():
+                for f in frames:
+                    try:
+                        self.sock.send(f, zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+                self._stop.wait(pause)
+
+        self._sender = threading.Thread(target=run, daemon=True)
+        self._sender.start()
+
+    def stop_sending(self) -> None:
+        if getattr(self, "_sender", None) is not None:
+            self._stop.set()
+            self._sender.join(10)
+            self._sender = None
+
     def close(self) -> None:
+        self.stop_sending()
         self.sock.disable_monitor()
         self.mon.close(0)
         self.sock.close(0)
         self.ctx.term()
+
+
+def joined_pair(**writer_kwargs):
+    """A one-reader queue (``MessageQueue(1, n_local_reader, **writer_kwargs)``, n_local_reader 0
+    unless given) and its reader, past the READY handshake: ``(writer, reader)``."""
+    from ringcast import MessageQueue
+
+    w = MessageQueue(1, writer_kwargs.pop("n_local_reader", 0), **writer_kwargs)
+    r = None
+    try:
+        r = MessageQueue.create_from_handle(w.export_handle(), 0)
+        ready = threading.Thread(target=r.wait_until_ready, args=(20,), daemon=True)
+        ready.start()
+        w.wait_until_ready(20)
+        ready.join(20)
+        assert not ready.is_alive()
+    except BaseException:
+        for q in (w, r):
+            if q is not None:
+                q.close()
+        raise
+    return w, r

@@ -25,7 +25,7 @@ import time
 import pytest
 import zmq
 
-from ringcast import HandleError, MessageQueue, RingTimeoutError
+from ringcast import HandleError, ImpostorError, MessageQueue, RingTimeoutError
 from ringcast import channel
 
 from _clients import Client
@@ -373,3 +373,35 @@ def test_local_reader_in_its_own_mount_namespace_reaches_the_socket(short_dir, m
         assert w.statistics().overflows == sum(len(m["pad"]) > MCB for m in MESSAGES)
     finally:
         w.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_stray_sending_data_frames_to_the_local_socket_is_refused_loudly():
+    """Issue 35 point 6: a same-user process without the secret that keeps sending data frames
+    and subscriptions to the local socket made libzmq's XPUB_MANUAL apply the real reader's
+    subscription to the stray's connection: the stray got READY and the overflow payloads, the
+    reader timed out (reproduced before this change). Readers' SUBs never send data frames, so the
+    writer now refuses to admit any reader once it has seen one: ImpostorError, and the stray
+    receives nothing."""
+    w = MessageQueue(1, 1, max_chunk_bytes=MCB, max_chunks=2)
+    h = w.export_handle()
+    stray, r = Client(h.local_subscribe_addr), None
+    try:
+        assert stray.connect()
+        stray.keep_sending((b"junk", b"\x01junk"), 0.0005)
+        for _ in range(100):  # until the writer has read a data frame (a subscription after it is counted as ignored)
+            with pytest.raises(RingTimeoutError) as e:
+                w.wait_until_ready(timeout=0.1)
+            if "without the handle's secret ignored" in str(e.value):
+                break
+        else:
+            raise AssertionError("the writer never read the stray's frames")
+        r = MessageQueue.create_from_handle(h, 0)
+        with pytest.raises(ImpostorError, match="sent data frames to its local socket"):
+            w.wait_until_ready(timeout=20)
+        stray.stop_sending()
+        assert stray.received(200) == 0, "the stray received READY or a payload"
+    finally:
+        for c in (stray, w, r):  # the stray's close() stops its sender
+            if c is not None:
+                c.close()

@@ -19,7 +19,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringcast import HandleError, MessageQueue, ShmRingBuffer
-from ringcast import channel
+from ringcast import channel, remote
 from ringcast.shm import SHM_DIR, Segment
 
 from _clients import Client
@@ -62,30 +62,15 @@ def test_a_stranger_cannot_take_a_remote_readers_place(insecure):
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
     h = w.export_handle()
     att, r = Client(h.remote_subscribe_addr), None
-    stop = threading.Event()
-
-    def flood():
-        while not stop.is_set():
-            for frame in (b"junk", b"\x01"):  # a data frame, a subscription to everything
-                try:
-                    att.sock.send(frame, zmq.NOBLOCK)
-                except zmq.Again:
-                    pass
-            stop.wait(0.001)
-
-    t = threading.Thread(target=flood, daemon=True)
     try:
         assert not att.connect()
-        t.start()
+        att.keep_sending((b"junk", b"\x01"), 0.001)  # a data frame, a subscription to everything
         r = MessageQueue.create_from_handle(h, 0)
         msgs = list(range(N_MSG))
         assert _serve(w, r, msgs) == msgs
-        stop.set()
-        t.join(10)
+        att.stop_sending()
         assert att.received(200) == 0
     finally:
-        stop.set()
-        t.join(10)
         att.close()
         for q in (w, r):
             if q is not None:
@@ -129,7 +114,7 @@ def test_a_replayed_secret_does_not_stall_the_real_reader():
     h = w.export_handle()
     thief, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.SUB), None
     try:
-        thief.sock.setsockopt(zmq.SUBSCRIBE, h.topic)
+        thief.sock.setsockopt(zmq.SUBSCRIBE, remote.wire_topic(h.topic))  # the messages' topic frame
         assert thief.connect()
         w.wait_until_ready(20)  # the thief's subscription completed the writer's handshake
         r = MessageQueue.create_from_handle(h, 0)

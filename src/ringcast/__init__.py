@@ -30,6 +30,9 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).
 * :mod:`ringcast.framing` - an object as a chunk's parts or overflow frames, and back (markers,
   pickle, out-of-band buffers, the allow-list unpickler).
+* :mod:`ringcast.remote` - a remote reader's socket: it proves its server is the writer
+  (remote_insecure: a challenge answered with keys derived from the handle's secret, which never
+  goes on the wire) and stops reconnecting once the writer is gone.
 * :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
 * :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
 * :mod:`ringcast.roles` - a queue's :class:`Role` and each side's observer (overflow sends and
@@ -55,6 +58,7 @@ from .errors import (
     DeadWriterError as DeadWriterError,
     EvictedError as EvictedError,
     HandleError as HandleError,
+    ImpostorError as ImpostorError,
     LayoutError as LayoutError,
     PayloadError as PayloadError,
     PeerDiedError as PeerDiedError,
@@ -76,6 +80,7 @@ __all__ = [
     "EvictedError",
     "Handle",
     "HandleError",
+    "ImpostorError",
     "LayoutError",
     "MessageQueue",
     "PayloadError",

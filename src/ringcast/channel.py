@@ -11,26 +11,30 @@ socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port r
 Both sockets count for the READY handshake only subscribers presenting the queue's secret topic
 (random, in the handle). The local (ipc) XPUB runs in ``XPUB_MANUAL`` mode and applies a
 subscription only if its topic is exactly the secret, so a stray same-user subscriber neither
-counts nor receives anything. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
+counts nor receives anything. A same-user process that also sends data frames could make libzmq
+apply a reader's subscription to its own connection (manual mode queues data frames without
+their pipe); readers never send one, so once the writer has seen one it refuses to admit any
+reader (:meth:`TopicSocket.admit`, ImpostorError): such a process can stop a queue, not read it. Every message carries the topic as its first frame (:class:`TopicSocket` adds it on
 send and strips it on receive). Outbound high-water marks are 0 (unbounded) so that ZeroMQ never
 drops a message; remote readers therefore exert no back-pressure (as in vLLM), which
 docs/reliability.md notes.
 
 The TCP socket authenticates every connection before it may send a byte (a ZAP handler in the
 writer, :func:`start_auth`): CurveZMQ by default (encrypted; the keys travel in the handle), or,
-with ``remote_insecure=True``, ZMTP PLAIN with the secret topic as the password (cleartext: a
-sniffer can read it, and everything else). So every TCP peer holds the handle, and the TCP XPUB
+with ``remote_insecure=True``, ZMTP PLAIN with a password derived from the secret topic
+(cleartext: a sniffer can read it, and everything else; the secret itself never goes on the wire,
+and the writer proves itself to each reader connection: :mod:`ringcast.remote`, which is also
+the remote readers' socket). So every TCP peer holds the handle, and the TCP XPUB
 applies each subscription itself, to the connection it came on (not ``XPUB_MANUAL``): libzmq's
 manual mode pairs the subscription the application applies with a queue of connections that an
 upstream *data* frame does not enter, so one peer's frames could make the writer subscribe
 another peer's connection (a stranger took a remote reader's place that way before, issue 20).
-Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17),
+Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17 or 33),
 RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per message sent.
 """
 
 from __future__ import annotations
 
-import logging
 import errno
 import os
 import secrets
@@ -42,7 +46,8 @@ import weakref
 
 import zmq
 
-from .errors import HandleError
+from .errors import HandleError, ImpostorError
+from .remote import NONCE_BYTES, READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
@@ -58,18 +63,12 @@ READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscrip
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
 READMIT_BATCH = 16  # upstream messages the writer handles before one message it sends (bounded work)
-UPSTREAM_MAX = 1024  # bytes: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped)
+#: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped). It bounds the ZMTP
+#: handshake's commands too (a CURVE INITIATE is ~300 bytes): 1 KiB, not the 33 bytes of the
+#: longest subscription a reader sends (a remote_insecure reader's challenge).
+UPSTREAM_MAX = 1024
 UPSTREAM_HWM = 64  # ZMQ_RCVHWM of the writer's sockets: what one peer may queue upstream
 HANDSHAKE_MS = 10_000  # a TCP peer that has not authenticated within this is dropped
-PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN, the topic's hex as password
-READY = b"READY"  # the writer's handshake message (ringcast.handshake)
-
-
-def is_ready(frames) -> bool:
-    """``frames`` (bytes or zmq.Frame objects, topic stripped) is the writer's READY."""
-    return len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY
-
-logger = logging.getLogger("ringcast")
 
 POLL_SLICE = 0.05  # longest blocking socket poll, so shutdown()/dead peers are seen promptly
 
@@ -151,7 +150,12 @@ def _ipc_bases(create: bool = True):
     for d in (xdg, RUN_USER):
         if d and os.path.isabs(d) and _private_dir(d):
             yield d, None
-    yield tempfile.gettempdir(), None
+    try:
+        tmp = tempfile.gettempdir()
+    except OSError as e:  # every candidate full or unwritable: gettempdir() itself raises
+        yield None, f"the temp dir: {e.strerror or e}"
+    else:
+        yield tmp, None
     try:
         yield _user_cache_dir(create), None
     except OSError as e:
@@ -245,10 +249,16 @@ class TopicSocket:
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
     __slots__ = ("sock", "topic", "_strip", "_manual", "_more", "readmit", "ready_again", "after_ready", "_next_readmit",
-                 "__weakref__")
+                 "_prover", "_tainted", "__weakref__")
 
-    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False) -> None:
+    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False, prover: bytes | None = None) -> None:
         self.sock, self.topic, self._strip, self._manual = sock, topic, strip, manual
+        #: Writer's remote_insecure socket: the handle's secret, to answer readers' challenges
+        #: (ringcast.remote); ``topic`` is then its wire topic, not the secret.
+        self._prover = prover
+        #: Local (manual) socket: a peer sent a data frame, which libzmq queues without its pipe,
+        #: so from then on the pipe a subscription is applied to may be another peer's (admit).
+        self._tainted = False
         self._more = False  # inside a multipart message being sent frame by frame
         #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
         #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
@@ -273,7 +283,7 @@ class TopicSocket:
             for _ in range(READMIT_BATCH):
                 if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     break
-                admitted |= self.admit(self.sock.recv_multipart())
+                admitted |= self.admit(self.sock.recv_multipart()) is True
             if admitted and self.ready_again:
                 self.sock.send(self.topic, _SNDMORE)
                 self.sock.send(READY)
@@ -307,15 +317,34 @@ class TopicSocket:
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
         return self.sock.poll(timeout, flags)
 
-    def admit(self, msg: list) -> bool:
+    def admit(self, msg: list) -> bool | None:
         """Writer: ``msg`` (from recv_multipart) is a subscription to exactly the secret topic:
-        say so, and on the manual (local) socket apply it to the pipe it came from. Anything else
-        (another topic, an unsubscription, a message) is ignored; on the local socket that peer
-        receives nothing."""
-        if len(msg) == 1 and msg[0] == b"\x01" + self.topic:
+        say so, and on the manual (local) socket apply it to the pipe it came from. On the
+        remote_insecure socket a subscription to the topic and a reader's nonce is its challenge:
+        answer it with the proof (:mod:`ringcast.remote`) and return None (neither counted nor a
+        stray). Anything else (another topic, an unsubscription, a message) is ignored; on the
+        local socket that peer receives nothing."""
+        if self._manual and not all(f[:1] in (b"\x00", b"\x01") for f in msg):
+            self._tainted = True  # only a stray sends data frames: readers' SUBs never do
+        if len(msg) != 1:
+            return False
+        m, t = msg[0], self.topic
+        if m == b"\x01" + t:
             if self._manual:
-                self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+                if self._tainted:
+                    raise ImpostorError(
+                        f"a process that is no reader of this queue sent data frames to its local socket "
+                        f"{self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()!r}, so libzmq (XPUB_MANUAL) may apply a "
+                        "reader's subscription to that process's connection: the writer refuses to admit it. A process "
+                        "of this user is interfering with the queue: stop it and create the queue again"
+                    )
+                self.sock.setsockopt(zmq.SUBSCRIBE, t)
             return True
+        if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES and m[1:1 + len(t)] == t:
+            nonce = bytes(m[1 + len(t):])
+            self.sock.send(t + nonce, _SNDMORE)
+            self.sock.send(proof(self._prover, nonce))
+            return None
         return False
 
     def __getattr__(self, name):
@@ -324,7 +353,9 @@ class TopicSocket:
 
 def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket:
     """The writer's socket on ``addr``. A tcp:// one authenticates every peer through the ZAP
-    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (topic as password)."""
+    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a password derived
+    from the topic; the messages' topic frame is derived too, and the socket answers readers'
+    challenges: :mod:`ringcast.remote`)."""
     s = ctx.socket(zmq.XPUB)
     if addr.startswith("tcp://"):
         if curve_secret is not None:
@@ -348,7 +379,8 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     except zmq.ZMQError:
         s.close(0)
         raise
-    ts = TopicSocket(s, topic, strip=False, manual=manual)
+    insecure = addr.startswith("tcp://") and curve_secret is None
+    ts = TopicSocket(s, wire_topic(topic) if insecure else topic, strip=False, manual=manual, prover=topic if insecure else None)
     if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
         weakref.finalize(ts, remove_local, addr[len("ipc://"):])
     return ts
@@ -377,80 +409,24 @@ def reachable_ipc(path: str) -> str:
     return path if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) else via_root
 
 
-def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket:
+def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket | RemoteSub:
+    """A reader's socket: a SUB on the local (ipc) socket, a :class:`~ringcast.remote.RemoteSub`
+    (which proves its server and stops reconnecting once it is gone) on the remote one."""
     if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
         raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
-    if addr.startswith("ipc://"):
-        addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
-    s = ctx.socket(zmq.SUB)
     if addr.startswith("tcp://"):
-        credentials(s, topic, curve_keys)
+        return RemoteSub(ctx, addr, topic, ipv6, curve_keys)
+    addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
+    s = ctx.socket(zmq.SUB)
     s.setsockopt(zmq.RCVHWM, 0)
     s.setsockopt(zmq.LINGER, 0)
-    if ipv6:
-        s.setsockopt(zmq.IPV6, 1)
     s.setsockopt(zmq.SUBSCRIBE, topic)
     try:
         s.connect(addr)
     except zmq.ZMQError as e:
         s.close(0)
         raise HandleError(f"cannot connect to the handle's address {addr!r}: {e}") from e
-    ts = TopicSocket(s, topic, strip=True)
-    ts.ready_again = addr.startswith("tcp://")
-    return ts
-
-
-def check_remote_security(insecure: bool) -> None:
-    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
-    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
-    if insecure:
-        logger.warning(
-            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
-            "sniff it can read every message and replay the handle's secret to join as a reader"
-        )
-    elif not zmq.has("curve"):
-        raise RuntimeError(
-            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
-            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
-            "remote_insecure=True to accept a cleartext channel"
-        )
-
-
-def credentials(sock, topic: bytes, curve_keys) -> None:
-    """Give a client socket what the writer's TCP socket asks of it (:func:`xpub`): the CURVE
-    keys of the handle, or PLAIN with the topic when the handle has none (remote_insecure)."""
-    if curve_keys is not None:
-        server_public, client_public, client_secret = curve_keys
-        sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
-    else:
-        sock.setsockopt_string(zmq.PLAIN_USERNAME, PLAIN_USER)
-        sock.setsockopt_string(zmq.PLAIN_PASSWORD, topic.hex())
-
-
-def start_auth(ctx, topic: bytes, curve: bool):
-    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
-    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
-    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
-    ``(authenticator, server secret key or None, (server public, client public, client secret)
-    or None)``; stop the authenticator at close."""
-    from zmq.auth.thread import ThreadAuthenticator
-
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("ringcast.zap"))
-    auth.start()
-    if not curve:
-        auth.configure_plain(domain="*", passwords={PLAIN_USER: topic.hex()})
-        return auth, None, None
-    server_public, server_secret = zmq.curve_keypair()
-    client_public, client_secret = zmq.curve_keypair()
-
-    class _OnlyHandleHolders:
-        def callback(self, domain, key):
-            return key == client_public
-
-    auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
-    return auth, server_secret, (server_public, client_public, client_secret)
+    return TopicSocket(s, topic, strip=True)
 
 
 def close_all(sockets, auth, ctx, ipc_path: str | None) -> None:

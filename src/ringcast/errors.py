@@ -17,6 +17,7 @@ __all__ = [
     "ClosedError",
     "RoleError",
     "HandleError",
+    "ImpostorError",
     "LayoutError",
     "ShmSpaceError",
     "PeerDiedError",
@@ -51,6 +52,14 @@ class RoleError(RingcastError, RuntimeError):
 
 class HandleError(RingcastError, ValueError):
     """A handle (or rank) does not describe a queue/segment this process can attach to."""
+
+
+class ImpostorError(HandleError):
+    """A peer is not who it must be. A remote reader's server sent a message before proving that
+    it is the queue's writer (remote_insecure: :mod:`ringcast.remote`): another process holds the
+    writer's address, so the writer is gone; nothing of the message was unpickled. Or a process
+    that is no reader sent data frames to the writer's local socket, after which the writer can
+    no longer tell its readers' connections from that process's."""
 
 
 class LayoutError(HandleError):

@@ -38,9 +38,9 @@ class Handle:
     n_reader: int = 0
     #: (server public key, client public key, client secret key) when the remote channel uses
     #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
-    remote_curve_keys: tuple[bytes, bytes, bytes] | None = None
+    remote_curve_keys: tuple[bytes, bytes, bytes] | None = field(default=None, repr=False)  # secret: not in repr()
     #: The subscription secret: the writer's sockets admit only subscribers presenting it.
-    topic: bytes | None = None
+    topic: bytes | None = field(default=None, repr=False)  # secret: not in repr()
     #: The tensor arena's segment (``TensorArena.handle()``) when the writer has one, else None.
     tensor_arena: tuple | None = None
     version: int = HANDLE_VERSION
@@ -130,9 +130,10 @@ def writer_handshake(channels, recv) -> None:
         while got < n:
             stray = f"; {ignored} subscription(s) without the handle's secret ignored" if ignored else ""
             msg = recv(sock, f"waiting for {kind} reader subscriptions ({got}/{n} so far{stray})")
-            if sock.admit(msg):
+            admitted = sock.admit(msg)  # None: a remote reader's challenge, answered (ringcast.remote)
+            if admitted:
                 got += 1
-            elif msg[0][:1] == b"\x01":
+            elif admitted is False and msg[0][:1] == b"\x01":
                 ignored += 1
         if n:
             sock.send(READY)

@@ -1,0 +1,292 @@
+"""A remote reader's socket, and how it knows that its peer is the queue's writer.
+
+With CurveZMQ (the default) the handle carries the writer's public key, so the CURVE handshake
+itself proves the server. With ``remote_insecure=True`` (ZMTP PLAIN, cleartext) nothing in ZMTP
+does: PLAIN authenticates the client to the server only. The handle's secret (``topic``) then
+never goes on the wire: the client's PLAIN password, the topic frame of every message and the
+key of the writer's proof are three separate HMAC-SHA256 derivations of it (:func:`derive`), so
+what a server learns from a reader (password, subscriptions) gives it neither the secret nor the
+proof key.
+
+Each connection proves its server before the reader accepts a message from it:
+
+* a reader's SUB socket is used for one TCP connection only: it does not reconnect by itself
+  (``ZMQ_RECONNECT_IVL`` of a day, not -1: with -1 libzmq 4.3.5 drops the messages still queued
+  from a closed connection and aborts the process, ``!_more`` in fq.cpp, when that happens
+  between two frames of a message). A second connection could only come a day after the first
+  ended; a message read later than half a day after the last look at the socket's connection
+  events that saw it connected makes the reader look again, and a second completed ZMTP
+  handshake drops the message with the socket (a handshake event is posted before any message of
+  its connection, so a look after the read cannot miss it);
+* it first subscribes to ``wire topic + nonce`` only (a fresh random nonce per socket); the
+  writer answers that subscription with ``[wire topic + nonce, HMAC(proof key, nonce)]``
+  (:meth:`ringcast.channel.TopicSocket.admit`). Only after a correct proof does the reader
+  subscribe to the wire topic itself, so no other message can precede the proof on this
+  connection; any other message before it (the only ones its subscription lets through start
+  with ``wire topic + nonce``) raises :class:`ImpostorError` and is never unpickled;
+* when the connection ends (the writer closed or died, the network dropped it) the reader drains
+  what it delivered and opens a new socket (a new nonce, a new proof), every RECONNECT_IVL
+  seconds; after RECONNECT_WINDOW seconds without a connection (a completed ZMTP handshake) it
+  raises :class:`DeadWriterError` naming the address and the time waited.
+
+The per-message cost is one comparison of the topic frame: nothing is hashed per message.
+Messages the writer sends between a reconnection and the reader's subscription to the wire topic
+(the writer answers the proof before its next message, at most every READMIT_INTERVAL) do not
+reach that reader, as messages sent while it was disconnected do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from .errors import DeadWriterError, HandleError, ImpostorError
+
+__all__ = ["RemoteSub", "READY", "is_ready", "derive", "wire_topic", "plain_password", "proof", "credentials",
+           "start_auth", "check_remote_security", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
+
+logger = logging.getLogger("ringcast")
+
+READY = b"READY"  # the writer's handshake message (ringcast.handshake)
+PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN user; the password is plain_password(secret)
+NONCE_BYTES = 16  # a reader socket's challenge to its server
+RECONNECT_IVL = 0.1  # seconds between a remote reader's attempts to reach its writer again
+RECONNECT_WINDOW = 10.0  # seconds without a connection after which a remote reader raises DeadWriterError
+_DEAD = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | zmq.EVENT_CONNECT_RETRIED  # its connection is over, or never came
+_EVENTS = _DEAD | zmq.EVENT_HANDSHAKE_SUCCEEDED
+LIBZMQ_RECONNECT_MS = 86_400_000  # libzmq's own reconnection, never reached: RemoteSub replaces the socket
+
+
+def is_ready(frames) -> bool:
+    """``frames`` (bytes or zmq.Frame objects, topic stripped) is the writer's READY."""
+    return len(frames) == 1 and len(frames[0]) == len(READY) and bytes(frames[0]) == READY
+
+
+def derive(secret: bytes, label: bytes) -> bytes:
+    """A 32-byte key for ``label`` (``b"topic"``, ``b"password"``, ``b"proof"``) derived from the
+    handle's secret; none of them reveals the secret or another label's key."""
+    return hmac.new(secret, b"ringcast remote_insecure v1 " + label, hashlib.sha256).digest()
+
+
+def wire_topic(secret: bytes) -> bytes:
+    """The topic frame of a remote_insecure queue's messages (as long as the secret)."""
+    return derive(secret, b"topic")[: len(secret)]
+
+
+def plain_password(secret: bytes) -> str:
+    return derive(secret, b"password").hex()
+
+
+def proof(secret: bytes, nonce: bytes) -> bytes:
+    """The writer's answer to a reader socket's ``nonce``: only a holder of the secret can make it."""
+    return hmac.new(derive(secret, b"proof"), nonce, hashlib.sha256).digest()
+
+
+def credentials(sock, topic: bytes, curve_keys) -> None:
+    """Give a client socket what the writer's TCP socket asks of it: the CURVE keys of the
+    handle, or PLAIN with a password derived from the secret when the handle has none
+    (remote_insecure)."""
+    if curve_keys is not None:
+        server_public, client_public, client_secret = curve_keys
+        sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
+    else:
+        sock.setsockopt_string(zmq.PLAIN_USERNAME, PLAIN_USER)
+        sock.setsockopt_string(zmq.PLAIN_PASSWORD, plain_password(topic))
+
+
+class RemoteSub:
+    """A remote reader's socket (module docstring): a SUB of one connection at a time, replaced
+    when it ends; ``recv_multipart`` strips the topic frame and returns None for what the reader
+    skips (another reader's proof, its own, a READY after its handshake). The reader's handshake
+    state (``ready_again``, ``after_ready``) is :class:`ringcast.channel.TopicSocket`'s."""
+
+    def __init__(self, ctx, addr: str, secret: bytes, ipv6: bool = False, curve_keys=None) -> None:
+        self.ctx, self.addr, self.ipv6, self.curve_keys, self._secret = ctx, addr, ipv6, curve_keys, secret
+        self.topic = secret if curve_keys is not None else wire_topic(secret)
+        self.ready_again = True  # the writer sends READY again for a reader admitted late (channel.TopicSocket)
+        self.after_ready = False
+        self.sock = self.mon = None
+        self._linger = 0
+        self._down_since = time.monotonic()  # not connected yet
+        self._next_attempt = 0.0
+        self._open()
+
+    def _open(self) -> None:
+        s = self.ctx.socket(zmq.SUB)
+        try:
+            credentials(s, self._secret, self.curve_keys)
+            s.setsockopt(zmq.RECONNECT_IVL, LIBZMQ_RECONNECT_MS)  # one connection per socket: module docstring
+            s.setsockopt(zmq.RCVHWM, 0)
+            s.setsockopt(zmq.LINGER, self._linger)
+            if self.ipv6:
+                s.setsockopt(zmq.IPV6, 1)
+            mon = s.get_monitor_socket(_EVENTS)
+        except BaseException:
+            s.close(0)
+            raise
+        self._nonce = secrets.token_bytes(NONCE_BYTES) if self.curve_keys is None else b""
+        self._proven = self.curve_keys is not None  # CURVE: the handshake proved the server
+        s.setsockopt(zmq.SUBSCRIBE, self.topic + self._nonce)
+        self.sock, self.mon, self._dead, self._handshakes = s, mon, False, 0
+        self._safe_until = time.monotonic() + LIBZMQ_RECONNECT_MS / 2000
+        try:
+            s.connect(self.addr)
+        except zmq.ZMQError as e:
+            self._close_current()
+            raise HandleError(f"cannot connect to the handle's address {self.addr!r}: {e}") from e
+
+    def _close_current(self) -> None:
+        self.sock.disable_monitor()
+        self.mon.close(0)
+        self.sock.close()
+        self.sock = self.mon = None
+
+    def _events(self) -> None:
+        """Read the connection events. Until ``_safe_until`` no second connection can exist: libzmq
+        reconnects no sooner than LIBZMQ_RECONNECT_MS after a disconnection, and none was seen here."""
+        now = time.monotonic()
+        while self.mon.poll(0):
+            event = recv_monitor_message(self.mon)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshakes += 1
+                self._down_since = None
+            elif event & _DEAD:
+                self._dead = True
+        if not self._dead:
+            self._safe_until = now + LIBZMQ_RECONNECT_MS / 2000
+
+    def _replace(self) -> None:
+        self._next_attempt = time.monotonic() + RECONNECT_IVL
+        self._close_current()
+        self._open()
+
+    def _watch(self) -> None:
+        """Read the socket's connection events; replace a socket whose connection is over once it
+        has delivered everything; DeadWriterError after RECONNECT_WINDOW without a connection."""
+        self._events()
+        if self._dead and self.sock.poll(0):
+            return  # what the ended connection delivered comes first
+        now = time.monotonic()
+        if self._dead and self._down_since is None:
+            self._down_since = now
+        if self._down_since is not None and now - self._down_since > RECONNECT_WINDOW:
+            raise DeadWriterError(
+                f"the writer at {self.addr} has not been reachable for {now - self._down_since:.1f} s "
+                f"(RECONNECT_WINDOW={RECONNECT_WINDOW} s): it is gone, or the network between us is down; a remote "
+                "reader does not reconnect after that (join a new queue)"
+            )
+        if self._dead and now >= self._next_attempt:
+            self._replace()
+
+    def poll(self, timeout=None, flags=zmq.POLLIN) -> int:
+        ready = self.sock.poll(0, flags)  # a message waiting: nothing else to look at (as cheap as before)
+        if ready:
+            return ready
+        self._watch()
+        return self.sock.poll(timeout, flags)
+
+    def recv_multipart(self, copy: bool = True) -> list | None:
+        frames = self.sock.recv_multipart(copy=copy)
+        if time.monotonic() >= self._safe_until:  # ~0.1 us; a poll of the monitor costs 10-100 times more
+            self._events()
+        if self._handshakes > 1:  # a second connection: this message may be another server's
+            self._replace()
+            return None
+        head = frames[0] if copy else frames[0].bytes
+        if self._proven and head == self.topic:
+            frames = frames[1:]
+            if self.after_ready and is_ready(frames):
+                return None
+            return frames
+        if self._proven:
+            return None  # another reader's proof: it starts with the topic
+        if (head == self.topic + self._nonce and len(frames) == 2
+                and hmac.compare_digest(bytes(frames[1]), proof(self._secret, self._nonce))):
+            self._proven = True
+            self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+            return None
+        raise ImpostorError(
+            f"the server at {self.addr} sent a {len(frames)}-frame message before proving that it is the queue's "
+            "writer (remote_insecure: it must answer this reader's challenge with the handle's secret first); "
+            "nothing of it was unpickled. Another process holds the writer's address: the writer is gone"
+        )
+
+    def setsockopt(self, opt, value) -> None:
+        if opt == zmq.LINGER:
+            self._linger = value
+        self.sock.setsockopt(opt, value)
+
+    def getsockopt(self, opt):
+        return self.sock.getsockopt(opt)
+
+    def close(self, linger=None) -> None:
+        if self.sock is not None:
+            if linger is not None:
+                self.sock.setsockopt(zmq.LINGER, linger)
+            self._close_current()
+
+    @property
+    def closed(self) -> bool:
+        return self.sock is None
+
+
+def check_remote_security(insecure: bool) -> None:
+    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
+    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
+    if insecure:
+        logger.warning(
+            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
+            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
+            "the network path can alter messages"
+        )
+    elif not zmq.has("curve"):
+        raise RuntimeError(
+            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
+            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
+            "remote_insecure=True to accept a cleartext channel"
+        )
+
+
+class _ZapLog(logging.LoggerAdapter):
+    """The ZAP handler's logger: pyzmq logs a PLAIN client's password at DEBUG (the credential
+    that admits a reader); the part from ``password`` on is replaced, its arguments dropped."""
+
+    def log(self, level, msg, *args, **kwargs):
+        at = str(msg).find("password")
+        if at >= 0:
+            msg = str(msg)[:at]
+            args = args[:msg.count("%")]
+            msg += "password=<not logged>"
+        super().log(level, msg, *args, **kwargs)
+
+
+def start_auth(ctx, topic: bytes, curve: bool):
+    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
+    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
+    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
+    ``(authenticator, server secret key or None, (server public, client public, client secret)
+    or None)``; stop the authenticator at close."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    auth = ThreadAuthenticator(ctx, log=_ZapLog(logging.getLogger("ringcast.zap"), None))
+    auth.start()
+    if not curve:
+        auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})
+        return auth, None, None
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+
+    class _OnlyHandleHolders:
+        def callback(self, domain, key):
+            return key == client_public
+
+    auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
+    return auth, server_secret, (server_public, client_public, client_secret)
