@@ -15,6 +15,12 @@ median over repeats, and ratios of those medians.
 Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same with a tensor arena
 of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
+Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
+``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
+``n_local_reader=0``, cleartext); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
+``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
+go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
+``.../overflow``; each ringcast implementation's ratio is over its vLLM peer (``PEER``).
 ``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
 ``--acks poll``: the writer polls the eventfd with ``sched_yield`` instead of blocking on it (what
 ``ringcast bench``'s writer does), to measure what the waiting writer's CPU use changes.
@@ -37,9 +43,17 @@ from .heap import apply_heap, minor_faults
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena")
+IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-insecure", "vllm-remote", "overflow", "vllm-overflow")
 #: messages per batch
-COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8}
+COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
+#: the cases of other families than local readers on the default ring: one TCP reader (or three)
+#: on 127.0.0.1 (``remote``: CURVE, the default; ``remote-insecure``: ``remote_insecure=True``),
+#: and local readers of a ring of 1 MiB chunks, where every message here overflows (``overflow``)
+FAMILY = {"remote": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+_FAMILY_PAYLOADS = {"remote": ("sched256", "blob64k", "dict1m", "np1m", "blob16m"), "overflow": ("dict1m", "blob8m")}
+#: each ringcast implementation and the vLLM one it is compared with (ratios)
+PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
+_OVERFLOW_CHUNK = 1 << 20
 _ARENA = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
 _TIMEOUT = 120.0
 #: unmeasured messages at the start of each batch: one per chunk (10 for ringcast and vLLM)
@@ -48,7 +62,12 @@ _VLLM_BUSY_S = 1.1  # vLLM's readers spin for 1 s (SpinCondition.busy_loop_s) af
 
 
 def applies(impl: str, payload: str) -> bool:
-    """The 64 MiB tensor runs on the arena (and its floor) only; the rest on the others."""
+    """The 64 MiB tensor runs on the arena (and its floor) only; the rest on the others. The
+    remote and overflow families run their own payloads (``_FAMILY_PAYLOADS``)."""
+    if impl in FAMILY:
+        return payload in _FAMILY_PAYLOADS[FAMILY[impl]]
+    if payload in ("blob8m", "blob16m"):
+        return False
     if impl in ("arena", "floor-arena"):
         return payload == "tensor64m"
     if impl in ("ringcast", "floor"):
@@ -63,15 +82,24 @@ def _open_writer(impl: str, n: int, loader):
 
         w = FloorWriter(n, 72 << 20, 3) if impl == "floor-arena" else FloorWriter(n, 2 << 20, 10)
         return w.send, w.handle(), w.wait_attached, w.close
-    if impl == "vllm":
+    if impl.startswith("vllm"):
         from .transports import load_message_queue_class
 
-        mq = load_message_queue_class(loader)(n, n)
+        mq = load_message_queue_class(loader)(n, **_shape(impl, n))
         return mq.enqueue, pickle.dumps(mq.export_handle()), mq.wait_until_ready, getattr(mq, "close", lambda: None)
     from ..queue import MessageQueue
 
-    mq = MessageQueue(n, n, warn_interval=3600.0, **(_ARENA if impl == "arena" else {}))
+    kw = {"remote_insecure": True} if impl == "remote-insecure" else (_ARENA if impl == "arena" else {})
+    mq = MessageQueue(n, **_shape(impl, n), warn_interval=3600.0, **kw)
     return mq.enqueue, mq.export_handle(), lambda: mq.wait_until_ready(timeout=_TIMEOUT), mq.close
+
+
+def _shape(impl: str, n: int) -> dict:
+    """The arguments of ``impl``'s queue for ``n`` readers besides ``n_reader`` (both classes
+    take the same): remote readers on 127.0.0.1, or local ones (1 MiB chunks: overflow)."""
+    if FAMILY.get(impl) == "remote":
+        return {"n_local_reader": 0, "connect_ip": "127.0.0.1"}
+    return {"n_local_reader": n, **({"max_chunk_bytes": _OVERFLOW_CHUNK} if FAMILY.get(impl) == "overflow" else {})}
 
 
 def _open_reader(impl: str, info, index: int, loader):
@@ -81,7 +109,7 @@ def _open_reader(impl: str, info, index: int, loader):
 
         r = FloorReader(*info, index, view=impl == "floor-arena")
         return r.recv, r.close
-    if impl == "vllm":
+    if impl.startswith("vllm"):
         from .transports import load_message_queue_class
 
         mq = load_message_queue_class(loader).create_from_handle(pickle.loads(info), index)
@@ -229,7 +257,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
     ctx = mp.get_context("spawn")
     if loader is not None:
         loader = os.path.abspath(loader) if os.path.isfile(loader) else loader
-    impls = [i for i in impls if i != "vllm" or loader is not None]
+    impls = [i for i in impls if not i.startswith("vllm") or loader is not None]
     raw: dict = {}
     loads: list = []
     t0 = time.monotonic()
@@ -269,8 +297,9 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
                         r = a.recv()
                         if "error" in r:
                             raise RuntimeError(f"harness: {impl} {name} {n}r: {r['error']}")
-                        raw.setdefault(f"{name}/{n}r", {}).setdefault(impl, []).append(r)
-                        if impl == "vllm":
+                        key = f"{name}/{n}r" + (f"/{FAMILY[impl]}" if impl in FAMILY else "")
+                        raw.setdefault(key, {}).setdefault(impl, []).append(r)
+                        if impl.startswith("vllm"):
                             time.sleep(_VLLM_BUSY_S)  # let its readers stop spinning first
                 say(f"{n} reader(s): repeat {rep + 1}/{repeats} done; load average {_load()}")
             loads.append({"readers": n, "when": "end", "loadavg": _load()})
@@ -299,7 +328,8 @@ _KEYS = ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults
 
 def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
-    over the floor (or floor-arena), of those medians."""
+    over the floor (or floor-arena), of those medians; in the remote and overflow families each
+    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"``."""
     out: dict = {}
     for case, per in raw.items():
         s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
@@ -310,6 +340,9 @@ def summarize(raw: dict) -> dict:
             ratios["rc/vllm"] = rc["p50_us"] / s["vllm"]["p50_us"]
         if rc and fl:
             ratios["rc/floor"] = rc["p50_us"] / fl["p50_us"]
+        for impl in s:
+            if impl in FAMILY and PEER.get(impl) in s:
+                ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
@@ -323,6 +356,8 @@ def table(result: dict) -> str:
         for k, (impl, v) in enumerate(st["impls"].items()):
             rat = st["ratios"] if k == 0 else {}
             r1 = f"{rat['rc/vllm']:.2f}" if "rc/vllm" in rat else ""
+            if impl in FAMILY and f"{impl}/{PEER.get(impl)}" in st["ratios"]:
+                r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
             lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v['reader_faults_mean']:.1f} | {r1} | {r2} |")
     return "\n".join(lines)
