@@ -14,7 +14,7 @@ and ``ReaderRecvOverflow``, models ``overflow_*``):
 * ``1`` overflow: the payload did not fit; bytes 1..8 hold the message's sequence number
   (``u64``), and the payload travels on the overflow channel as the message's *wire frames*.
 
-Wire frames (overflow payloads, and every message to remote readers): ``[head + pickle,
+Wire frames (overflow payloads, and every message to remote readers): ``[head, pickle,
 *buffers]``, where ``head`` is ``u64 seq, u32 nframes`` (:data:`WIRE_HEAD`): the writer's
 sequence number of the message (one per ``enqueue``, increasing) and how many frames the message
 has. A local reader takes an overflow payload only for the marker of the same number, and a
@@ -74,7 +74,7 @@ def Pickler() -> PartsPickler:
 
 
 def main_frame(parts: list) -> bytes:
-    """The pickle as one private ``bytes`` frame (safe for ZeroMQ ``copy=False``)."""
+    """The pickle as one private ``bytes`` frame."""
     if len(parts) == 1 and type(parts[0]) is bytes:
         return parts[0]
     return b"".join(parts)
@@ -161,22 +161,23 @@ class Outbox:
         self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]]
 
     def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
-        """The wire frames of message :attr:`seq`: ``head + pickle`` then each buffer."""
-        head = WIRE_HEAD.pack(self.seq, 1 + len(bufs))
+        """The wire frames of message :attr:`seq`: the head (a frame of its own, so that a
+        message always has more than one frame: see ``MessageQueue._send_remote``), the pickle,
+        each buffer. Every frame is private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
+        head = WIRE_HEAD.pack(self.seq, 2 + len(bufs))
         sizes = [_nbytes(b) for b in bufs]
-        first = WIRE_HEAD.size + main_len
-        owned = (first if first >= OWNED_MIN else 0) + sum(n for n in sizes if n >= OWNED_MIN)
-        if not owned:  # small buffers copied into ZeroMQ's memory now: private (a deferred send stays right)
-            return [b"".join((head, *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
+        owned = (main_len if main_len >= OWNED_MIN else 0) + sum(n for n in sizes if n >= OWNED_MIN)
+        if not owned:  # small buffers copied into ZeroMQ's memory now (private: a deferred send stays right)
+            return [head, main_frame(parts), *[zmq.Frame(b, copy=True) for b in bufs]]
         entry = self._take(owned)
         mv = memoryview(entry[0])
         refs = entry[1] = []
-        out, off = [], 0
-        for k, n in enumerate([first, *sizes]):
+        out, off = [head], 0
+        for k, n in enumerate([main_len, *sizes]):
             if n < OWNED_MIN:
-                out.append(b"".join((head, *parts)) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
+                out.append(main_frame(parts) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
                 continue
-            for p in ((head, *parts) if k == 0 else (bufs[k - 1],)):
+            for p in (parts if k == 0 else (bufs[k - 1],)):
                 m = _nbytes(p)
                 mv[off : off + m] = p
                 off += m
@@ -251,17 +252,17 @@ class Unpickler:
             return pickle.loads(data, buffers=buffers)
         return _AllowListUnpickler(io.BytesIO(data), self.allowed, buffers=buffers).load()
 
-    def from_frames(self, frames: list, head: int = 0):
-        """The object in wire frames whose first ``head`` bytes are not the pickle's."""
+    def from_frames(self, frames: list):
+        """The object in ``[pickle, *buffers]`` (wire frames without their head)."""
         try:
-            return self.loads(memoryview(frames[0])[head:] if head else frames[0], frames[1:])
+            return self.loads(frames[0], frames[1:])
         except Exception as e:
             raise PayloadError(f"{self.name} could not unpickle a message: {e!r}; the message is skipped") from e
 
     def _wire_seq(self, frames: list) -> int:
         """The sequence number of a message's wire frames; PayloadError if they are not one
         message's (a send stopped between frames, or not ringcast's wire)."""
-        if len(frames) == 0 or len(frames[0]) < WIRE_HEAD.size:
+        if len(frames) < 2 or len(frames[0]) != WIRE_HEAD.size:
             raise PayloadError(f"{self.name} received {len(frames)} frame(s) that are not a ringcast message (no head); skipped")
         seq, n = WIRE_HEAD.unpack_from(frames[0])
         if n != len(frames):
@@ -281,7 +282,7 @@ class Unpickler:
                 "interrupted and finished again); it is skipped"
             )
         self.last_seq = seq
-        return self.from_frames(frames, WIRE_HEAD.size)
+        return self.from_frames(frames[1:])
 
     def from_overflow(self, frames: list):
         """A local reader's overflow payload, for the marker :meth:`from_chunk` saw last
@@ -289,10 +290,10 @@ class Unpickler:
         an earlier message (its marker went by without it) is dropped: both raise a PayloadError
         that names the message whose payload was lost (an exception interrupted its receive, or
         the writer's send); the next dequeue() gets the next message, in order."""
-        seq, want = self._wire_seq(frames), self.expect
-        self.expect = None
+        want, self.expect = self.expect, None
+        seq = self._wire_seq(frames)
         if want is None or seq == want:
-            return self.from_frames(frames, WIRE_HEAD.size)
+            return self.from_frames(frames[1:])
         if seq > want:
             self.ahead = (seq, frames)
         raise PayloadError(
@@ -326,7 +327,7 @@ class Unpickler:
         if ahead is not None and ahead[0] <= seq:
             self.ahead = None
             if ahead[0] == seq:
-                return self.from_frames(ahead[1], WIRE_HEAD.size)
+                return self.from_frames(ahead[1][1:])
         self.expect = seq
         return OVERFLOW
 

@@ -354,14 +354,19 @@ class MessageQueue(QueueRole):
     def _send_remote(self) -> None:
         """Send the owed remote message's frames, from the first one not yet sent; each is
         counted as soon as ZeroMQ took it, so an exception leaves the rest owed (the multipart
-        message goes on where it stopped, never restarts or interleaves)."""
+        message goes on where it stopped, never restarts or interleaves). The socket sends the
+        topic before a message's first frame; a message has at least two frames (its head is
+        one), so an exception in any but the last frame's send is resumed exactly. One in the
+        last frame's socket send, after the socket has counted the message as complete, makes
+        the resumed frame a message of its own: remote readers refuse the torn message with a
+        PayloadError (its head counts its frames) and go on with the next."""
         msg = self._remote_owed
-        wire, sock = msg.wire, self.remote_socket
+        wire, send = msg.wire, self.remote_socket.send
         if wire is not None:
             last = len(wire) - 1
             while msg.sent <= last:
                 k = msg.sent
-                sock.send(wire[k], _SNDMORE if k < last else 0, copy=True)
+                send(wire[k], _SNDMORE if k < last else 0, copy=True)
                 msg.sent = k + 1
         self._remote_owed = None
 
