@@ -17,11 +17,23 @@ _T = 10
 
 def _ready(w, readers):
     ts = [threading.Thread(target=r.wait_until_ready, args=(30,)) for r in readers]
-    for t in ts:
-        t.start()
+    [t.start() for t in ts]
     w.wait_until_ready(30)
-    for t in ts:
-        t.join(30)
+    [t.join(30) for t in ts]
+
+
+def _interrupt_receive(monkeypatch, nth: int) -> None:
+    """The ``nth`` overflow receive raises KeyboardInterrupt as it returns its payload."""
+    orig, calls = ReaderSide.recv_overflow, []
+
+    def recv_overflow(self, deadline, timeout):
+        frames = orig(self, deadline, timeout)
+        calls.append(1)
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return frames
+
+    monkeypatch.setattr(ReaderSide, "recv_overflow", recv_overflow)
 
 
 def _outcomes(r, n):
@@ -49,16 +61,7 @@ def test_an_interrupted_overflow_receive_never_pairs_a_marker_with_another_paylo
         for k in range(6):
             w.enqueue((k, bytes([k]) * (2 * mcb if k in (0, 1, 3, 5) else 10)), timeout=_T)
         assert w.statistics().overflows == 4
-        orig, calls = ReaderSide.recv_overflow, []
-
-        def recv_overflow(self, deadline, timeout):
-            frames = orig(self, deadline, timeout)
-            calls.append(1)
-            if len(calls) == 2:  # message 1's payload
-                raise KeyboardInterrupt
-            return frames
-
-        monkeypatch.setattr(ReaderSide, "recv_overflow", recv_overflow)
+        _interrupt_receive(monkeypatch, 2)  # message 1's payload
         got = _outcomes(r, 7)
         assert got == [0, "KeyboardInterrupt", "PayloadError", 2, 3, 4, 5]
     finally:
@@ -74,16 +77,7 @@ def test_the_lost_payload_error_names_the_message(monkeypatch):
         _ready(w, [r])
         for k in range(2):
             w.enqueue((k, b"x" * 2 * mcb), timeout=_T)
-        orig, calls = ReaderSide.recv_overflow, []
-
-        def recv_overflow(self, deadline, timeout):
-            frames = orig(self, deadline, timeout)
-            calls.append(1)
-            if len(calls) == 1:
-                raise KeyboardInterrupt
-            return frames
-
-        monkeypatch.setattr(ReaderSide, "recv_overflow", recv_overflow)
+        _interrupt_receive(monkeypatch, 1)
         with pytest.raises(KeyboardInterrupt):
             r.dequeue(timeout=_T)
         with pytest.raises(PayloadError, match=r"overflow payload of message 2 for the marker of message 1: the payload of message 1 was lost"):

@@ -45,7 +45,6 @@ from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, Wait
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
 logger = logging.getLogger("ringcast")
-_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 #: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
@@ -317,12 +316,10 @@ class MessageQueue(QueueRole):
             self._busy -= 1
 
     def _publish_and_send(self, ep, parts, main_len, bufs, size, timeout) -> None:
-        """Publish a message to local readers (if any), then send it to remote readers (if any).
-        The remote send is recorded (``_remote_owed``) before the publish; an exception that
-        drops the message before it is published cancels it (``Pending.drop``, also the arena's
-        slots), and one that leaves it published (or owed to local readers) leaves the remote
-        send owed: the next ``enqueue`` sends it first, so remote readers get what local ones do,
-        in the same order (issue 37 point 5)."""
+        """Publish to local readers (if any), then send to remote ones (if any). The remote send
+        is owed (``_remote_owed``) from before the publish: a message dropped unpublished cancels
+        it (``Pending.drop``, with its arena slots), one published keeps it owed and the next
+        ``enqueue`` sends it first: remote readers get what local ones get (issue 37 point 5)."""
         overflow = None
         arena = self._arena
         msg = Pending(arena)
@@ -352,22 +349,10 @@ class MessageQueue(QueueRole):
             self._send_remote()
 
     def _send_remote(self) -> None:
-        """Send the owed remote message's frames, from the first one not yet sent; each is
-        counted as soon as ZeroMQ took it, so an exception leaves the rest owed (the multipart
-        message goes on where it stopped, never restarts or interleaves). The socket sends the
-        topic before a message's first frame; a message has at least two frames (its head is
-        one), so an exception in any but the last frame's send is resumed exactly. One in the
-        last frame's socket send, after the socket has counted the message as complete, makes
-        the resumed frame a message of its own: remote readers refuse the torn message with a
-        PayloadError (its head counts its frames) and go on with the next."""
+        """Send the rest of the owed remote message (``Pending.send``), then owe nothing."""
         msg = self._remote_owed
-        wire, send = msg.wire, self.remote_socket.send
-        if wire is not None:
-            last = len(wire) - 1
-            while msg.sent <= last:
-                k = msg.sent
-                send(wire[k], _SNDMORE if k < last else 0, copy=True)
-                msg.sent = k + 1
+        if msg.wire is not None:
+            msg.send(self.remote_socket.send)
         self._remote_owed = None
 
     @contextmanager
