@@ -179,7 +179,7 @@ class Outbox:
 
     def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
         """The wire frames of message :attr:`seq`: the head (a frame of its own, so that a
-        message always has more than one frame: see ``MessageQueue._send_remote``), the pickle,
+        message always has more than one frame: see :meth:`Pending.send`), the pickle,
         each buffer. Every frame is private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
         head = WIRE_HEAD.pack(self.seq, 2 + len(bufs))
         sizes = [_nbytes(b) for b in bufs]
