@@ -14,7 +14,7 @@ and ``ReaderRecvOverflow``, models ``overflow_*``):
 * ``1`` overflow: the payload did not fit; bytes 1..8 hold the message's sequence number
   (``u64``), and the payload travels on the overflow channel as the message's *wire frames*.
 
-Wire frames (overflow payloads, and every message to remote readers): ``[head, pickle,
+Wire frames (overflow payloads, and every message to remote readers): ``[head + pickle,
 *buffers]``, where ``head`` is ``u64 seq, u32 nframes`` (:data:`WIRE_HEAD`): the writer's
 sequence number of the message (one per ``enqueue``, increasing) and how many frames the message
 has. A local reader takes an overflow payload only for the marker of the same number, and a
@@ -139,10 +139,11 @@ class Pending:
         :class:`~ringcast.channel.TopicSocket`'s: it sends the topic before a message's first
         frame). Each is counted as soon as ZeroMQ took it, so an exception leaves the rest to the
         next call: the multipart message goes on where it stopped, never restarts or interleaves
-        with the next. A message has at least two frames (its head is one), so this holds for an
-        exception anywhere but inside the last frame's socket send after the socket counted the
-        message complete: then the resumed frame goes out as a message of its own and remote
-        readers refuse the torn message (its head counts its frames) with a PayloadError."""
+        with the next. This holds for an exception anywhere but inside the last frame's socket
+        send after the socket counted the message complete (it has sent the topic of a message
+        that is then the last frame alone): the resumed frame then goes out after a second
+        topic, and remote readers refuse that torn message (its head counts its frames, the
+        topic is no head) with a PayloadError and go on with the next."""
         wire = self.wire
         last = len(wire) - 1
         while self.sent <= last:
@@ -178,23 +179,23 @@ class Outbox:
         self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]]
 
     def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
-        """The wire frames of message :attr:`seq`: the head (a frame of its own, so that a
-        message always has more than one frame: see :meth:`Pending.send`), the pickle,
-        each buffer. Every frame is private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
-        head = WIRE_HEAD.pack(self.seq, 2 + len(bufs))
+        """The wire frames of message :attr:`seq`: the head and the pickle, then each buffer.
+        Every frame is private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
+        head = WIRE_HEAD.pack(self.seq, 1 + len(bufs))
         sizes = [_nbytes(b) for b in bufs]
-        owned = (main_len if main_len >= OWNED_MIN else 0) + sum(n for n in sizes if n >= OWNED_MIN)
+        first = WIRE_HEAD.size + main_len
+        owned = (first if first >= OWNED_MIN else 0) + sum(n for n in sizes if n >= OWNED_MIN)
         if not owned:  # small buffers copied into ZeroMQ's memory now (private: a deferred send stays right)
-            return [head, main_frame(parts), *[zmq.Frame(b, copy=True) for b in bufs]]
+            return [b"".join((head, *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
         entry = self._take(owned)
         mv = memoryview(entry[0])
         refs = entry[1] = []
-        out, off = [head], 0
-        for k, n in enumerate([main_len, *sizes]):
+        out, off = [], 0
+        for k, n in enumerate([first, *sizes]):
             if n < OWNED_MIN:
-                out.append(main_frame(parts) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
+                out.append(b"".join((head, *parts)) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
                 continue
-            for p in (parts if k == 0 else (bufs[k - 1],)):
+            for p in ((head, *parts) if k == 0 else (bufs[k - 1],)):
                 m = _nbytes(p)
                 mv[off : off + m] = p
                 off += m
@@ -269,17 +270,17 @@ class Unpickler:
             return pickle.loads(data, buffers=buffers)
         return _AllowListUnpickler(io.BytesIO(data), self.allowed, buffers=buffers).load()
 
-    def from_frames(self, frames: list):
-        """The object in ``[pickle, *buffers]`` (wire frames without their head)."""
+    def from_frames(self, frames: list, head: int = 0):
+        """The object in ``[pickle, *buffers]``, the pickle after ``head`` bytes of frame 0."""
         try:
-            return self.loads(frames[0], frames[1:])
+            return self.loads(memoryview(frames[0])[head:] if head else frames[0], frames[1:])
         except Exception as e:
             raise PayloadError(f"{self.name} could not unpickle a message: {e!r}; the message is skipped") from e
 
     def _wire_seq(self, frames: list) -> int:
         """The sequence number of a message's wire frames; PayloadError if they are not one
         message's (a send stopped between frames, or not ringcast's wire)."""
-        if len(frames) < 2 or len(frames[0]) != WIRE_HEAD.size:
+        if len(frames) < 1 or len(frames[0]) < WIRE_HEAD.size:
             raise PayloadError(f"{self.name} received {len(frames)} frame(s) that are not a ringcast message (no head); skipped")
         seq, n = WIRE_HEAD.unpack_from(frames[0])
         if n != len(frames):
@@ -299,7 +300,7 @@ class Unpickler:
                 "interrupted and finished again); it is skipped"
             )
         self.last_seq = seq
-        return self.from_frames(frames[1:])
+        return self.from_frames(frames, WIRE_HEAD.size)
 
     def from_overflow(self, frames: list):
         """A local reader's overflow payload, for the marker :meth:`from_chunk` saw last
@@ -310,7 +311,7 @@ class Unpickler:
         want, self.expect = self.expect, None
         seq = self._wire_seq(frames)
         if want is None or seq == want:
-            return self.from_frames(frames[1:])
+            return self.from_frames(frames, WIRE_HEAD.size)
         if seq > want:
             self.ahead = (seq, frames)
         raise PayloadError(
@@ -344,7 +345,7 @@ class Unpickler:
         if ahead is not None and ahead[0] <= seq:
             self.ahead = None
             if ahead[0] == seq:
-                return self.from_frames(ahead[1][1:])
+                return self.from_frames(ahead[1], WIRE_HEAD.size)
         self.expect = seq
         return OVERFLOW
 

@@ -204,7 +204,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
             cmd = conn.recv()
             if cmd[0] == "stop":
                 break
-            _, name, count = cmd
+            _, name, count, flood = cmd
             payload = payloads.get(name)
             if payload is None:
                 payload = payloads[name] = make_payload(name)
@@ -214,6 +214,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 send(("w", 0, 0, payload))
                 _wait_acks(efd, n, procs, poll)
             enq, flt = [], []
+            t0 = mono()
             for seq in range(count):
                 f0 = minor_faults()
                 t = mono()
@@ -221,7 +222,11 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 t1 = mono()
                 flt.append(minor_faults() - f0)
                 enq.append(t1 - t)
-                _wait_acks(efd, n, procs, poll)
+                if not flood:
+                    _wait_acks(efd, n, procs, poll)
+            if flood:  # back to back; the time until every reader has the last, per message
+                _wait_acks(efd, n * count, procs, poll)
+                per_msg = (mono() - t0) / count
             send(("end",))
             lat, rflt = [], []
             for c in conns:
@@ -230,7 +235,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 a, b = c.recv()
                 lat.extend(a)
                 rflt.extend(b)
-            conn.send({"p50_us": _p50(lat) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
+            conn.send({"p50_us": (per_msg if flood else _p50(lat)) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
                        "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt)})
     except BaseException as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
@@ -252,8 +257,10 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True) -> dict:
-    """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc."""
+def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True, mode: str = "pingpong") -> dict:
+    """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc.
+    ``mode="flood"``: each batch is sent back to back, and ``p50_us`` is the time per message
+    until every reader has the last one (throughput: 1e6 / p50_us messages per second)."""
     ctx = mp.get_context("spawn")
     if loader is not None:
         loader = os.path.abspath(loader) if os.path.isfile(loader) else loader
@@ -291,7 +298,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
                     for impl in order:
                         count = max(5, int(COUNTS[name] * scale))
                         p, a = writers[impl]
-                        a.send(("run", name, count))
+                        a.send(("run", name, count, mode == "flood"))
                         if not a.poll(_TIMEOUT * 2):
                             raise TimeoutError(f"harness: {impl} {name} {n}r gave no result")
                         r = a.recv()
@@ -319,7 +326,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         uptime = None
-    return {"heap": heap, "acks": acks, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
+    return {"heap": heap, "acks": acks, "mode": mode, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
@@ -372,10 +379,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="messages per batch x this")
     ap.add_argument("--heap", default="clean", choices=["clean", "warm", "torch"])
     ap.add_argument("--acks", default="block", choices=["block", "poll"], help="the writer blocks on the eventfd (default) or polls it with sched_yield, as ringcast bench's writer does")
+    ap.add_argument("--mode", default="pingpong", choices=["pingpong", "flood"], help="flood: back to back; the one-way column is then the time per message until every reader has the last")
     ap.add_argument("--vllm-loader")
     ap.add_argument("--out", help="write the JSON result here")
     a = ap.parse_args(argv)
-    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks)
+    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks, mode=a.mode)
     print(table(res))
     print(f"heap={res['heap']} acks={res['acks']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
     if a.out:
