@@ -76,6 +76,10 @@ def test_which_impls_run_which_payloads():
     assert harness.applies("arena", "tensor64m") and not harness.applies("arena", "dict1m")
     assert harness.applies("ringcast", "dict1m") and not harness.applies("ringcast", "tensor64m")
     assert harness.applies("vllm", "tensor64m") and harness.applies("vllm", "sched256")
+    for impl in ("remote", "remote-insecure", "vllm-remote"):
+        assert harness.applies(impl, "blob16m") and harness.applies(impl, "sched256") and not harness.applies(impl, "tensor64m")
+    assert harness.applies("overflow", "blob8m") and not harness.applies("overflow", "sched256")
+    assert not harness.applies("ringcast", "blob8m") and not harness.applies("vllm", "blob16m")
 
 
 _FAULTS = textwrap.dedent(

@@ -38,9 +38,10 @@ deferred sends) must first copy every part that is not ``bytes``.
 Using it in the queue: inline without buffers (``main_len <= max_chunk_bytes - 1``) the chunk's
 parts are ``(b"\\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
 ``main_len`` and the buffers' lengths as today, and ``total`` decides inline vs overflow. ZeroMQ
-frames (overflow, remote readers) carry the pickle as one frame: ``main = parts[0] if len(parts)
-== 1 else b"".join(parts)``, a private ``bytes`` that may be sent with ``copy=False``; the buffers
-are sent with ``copy=True`` (they may alias the caller's memory).
+frames (overflow, remote readers: :class:`ringcast.framing.Outbox`) carry the pickle as one frame
+and each buffer as one: large ones copied once into a buffer the writer owns (sent zero copy),
+small ones copied by ZeroMQ, all before ``enqueue`` returns (the parts may alias the caller's
+memory).
 
 The reading side is :class:`ringcast.framing.Unpickler`. :func:`rebuild_tensor` is what
 ``tensors=True`` pickles refer to; an allow-list unpickler must allow

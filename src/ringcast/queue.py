@@ -36,7 +36,7 @@ from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .errors import RingTimeoutError, RoleError
-from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
+from .framing import MARK_INLINE, Outbox, Pending, Pickler, Unpickler, frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
@@ -45,6 +45,7 @@ from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, Wait
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
 logger = logging.getLogger("ringcast")
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: IntFlag arithmetic costs ~0.5 us
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 #: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
@@ -171,6 +172,8 @@ class MessageQueue(QueueRole):
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler()
         self._pickler = Pickler()
+        self._outbox = Outbox()  # the writer's message numbers and wire buffers
+        self._remote_owed = None  # the framing.Pending whose remote send an exception cut short
         self._side = None  # set once the role is known: WriterSide, ReaderSide, or a remote reader's Side
         self._auth = None
         self._ready = False
@@ -300,24 +303,58 @@ class MessageQueue(QueueRole):
             if self._cancelled[0]:
                 self._check_cancelled("enqueue")
             parts, main_len, bufs, size = self._pickler.dump(obj)
+            self._outbox.seq += 1
+            if self._remote_owed is not None:  # an exception cut the last remote send short: finish it first
+                self._send_remote()
             ep = self._endpoint
-            overflow = None
-            if ep is not None and not bufs and main_len < self.buffer.max_chunk_bytes:
+            if not self.n_remote_reader and not bufs and main_len < self.buffer.max_chunk_bytes:
                 ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
-            elif ep is not None:
-                chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
-                if slots is None:
-                    ep.publish(chunk, timeout, overflow)
-                else:
-                    self._arena.publish(ep.publish, chunk, timeout, slots)
-                if overflow is not None:
-                    self._overflows += 1
-            if self.n_remote_reader > 0:
-                self.remote_socket.send_multipart([overflow[0] if overflow else main_frame(parts), *bufs], copy=True)
+            else:
+                self._publish_and_send(ep, parts, main_len, bufs, size, timeout)
             self._messages += 1
             self._bytes += size
         finally:
             self._busy -= 1
+
+    def _publish_and_send(self, ep, parts, main_len, bufs, size, timeout) -> None:
+        """Publish to local readers (if any), then send to remote ones (if any). The remote send
+        is owed (``_remote_owed``) from before the publish: a message dropped unpublished cancels
+        it (``Pending.drop``, with its arena slots), one published keeps it owed and the next
+        ``enqueue`` sends it first: remote readers get what local ones get (issue 37 point 5)."""
+        overflow = None
+        arena = self._arena
+        msg = Pending(arena)
+        entered = False
+        try:
+            if ep is None:
+                chunk = None
+            elif not bufs and main_len < self.buffer.max_chunk_bytes:
+                chunk = (MARK_INLINE, *parts)
+            else:
+                chunk, overflow = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._outbox,
+                                        None if arena is None else msg)
+            if self.n_remote_reader:
+                msg.wire = overflow if overflow is not None else self._outbox.frames(parts, main_len, bufs, size)
+                self._remote_owed = msg
+            if ep is not None:
+                entered = True
+                ep.publish(chunk, timeout, overflow, unpublished=msg.drop)
+        except BaseException:
+            if not entered:  # the endpoint never saw it: nothing of it is out
+                msg.drop()
+            raise
+        msg.slots = None  # published: the readers' now
+        if overflow is not None:
+            self._overflows += 1
+        if self._remote_owed is not None:
+            self._send_remote()
+
+    def _send_remote(self) -> None:
+        """Send the rest of the owed remote message (``Pending.send``), then owe nothing."""
+        msg = self._remote_owed
+        if msg.wire is not None:
+            msg.send(self.remote_socket.send)
+        self._remote_owed = None
 
     @contextmanager
     def acquire_write(self, timeout: float | None = None):
@@ -347,17 +384,21 @@ class MessageQueue(QueueRole):
             if self._cancelled[0]:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
-            if ep is None:  # a remote reader
-                frames = self._side.recv_frames(self.remote_socket, deadline, "waiting for a message", timeout, False)
-            else:
-                obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
-                if frames is None:
-                    self._messages += 1
-                    return obj
-                self._overflows += 1
+            if ep is None:  # a remote reader; a message already there is taken without a poll
+                sock = self.remote_socket
+                frames = sock.recv_multipart(copy=False) if sock.getsockopt(_EVENTS) & _POLLIN else None
+                if frames is None:  # none yet (or a READY meant for another reader)
+                    frames = self._side.recv_frames(sock, deadline, "waiting for a message", timeout, False)
+                self._messages += 1
+                self._bytes += sum(len(f) for f in frames)
+                return self._unpickler.from_wire(frames)
+            obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
             self._messages += 1
+            if frames is None:
+                return obj
+            self._overflows += 1
             self._bytes += sum(len(f) for f in frames)
-            return self._unpickler.from_frames(frames)
+            return self._unpickler.from_overflow(frames)
         finally:
             self._busy -= 1
 
@@ -386,7 +427,7 @@ class MessageQueue(QueueRole):
         ``RingTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds."""
         if not socket.poll(None if timeout is None else max(0, int(check_timeout(timeout) * 1000))):
             raise RingTimeoutError(f"no message on {socket!r} within timeout={timeout}s")
-        return Unpickler().from_frames(socket.recv_multipart(copy=False))
+        return Unpickler().from_wire(socket.recv_multipart(copy=False))
 
     def broadcast_object(self, obj=None):
         """Writer: enqueue ``obj`` and return it. Reader: return the next message."""

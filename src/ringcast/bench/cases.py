@@ -43,6 +43,8 @@ def make_payload(name: str):
         import numpy as np
 
         return np.frombuffer(os.urandom(1 << 20), dtype=np.uint8).copy()
+    if name in ("blob8m", "blob16m"):  # harness only: the overflow and remote cases
+        return os.urandom((8 if name == "blob8m" else 16) << 20)
     if name == "dict1m":
         return {"request_id": "req-0", "step": 7, "blob": os.urandom(1 << 20), "meta": list(range(8))}
     if name == "tensor64m":

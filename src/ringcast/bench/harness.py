@@ -15,6 +15,12 @@ median over repeats, and ratios of those medians.
 Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same with a tensor arena
 of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
+Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
+``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
+``n_local_reader=0``, cleartext); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
+``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
+go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
+``.../overflow``; each ringcast implementation's ratio is over its vLLM peer (``PEER``).
 ``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
 ``--acks poll``: the writer polls the eventfd with ``sched_yield`` instead of blocking on it (what
 ``ringcast bench``'s writer does), to measure what the waiting writer's CPU use changes.
@@ -37,9 +43,17 @@ from .heap import apply_heap, minor_faults
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena")
+IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-insecure", "vllm-remote", "overflow", "vllm-overflow")
 #: messages per batch
-COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8}
+COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
+#: the cases of other families than local readers on the default ring: one TCP reader (or three)
+#: on 127.0.0.1 (``remote``: CURVE, the default; ``remote-insecure``: ``remote_insecure=True``),
+#: and local readers of a ring of 1 MiB chunks, where every message here overflows (``overflow``)
+FAMILY = {"remote": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+_FAMILY_PAYLOADS = {"remote": ("sched256", "blob64k", "dict1m", "np1m", "blob16m"), "overflow": ("dict1m", "blob8m")}
+#: each ringcast implementation and the vLLM one it is compared with (ratios)
+PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
+_OVERFLOW_CHUNK = 1 << 20
 _ARENA = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
 _TIMEOUT = 120.0
 #: unmeasured messages at the start of each batch: one per chunk (10 for ringcast and vLLM)
@@ -48,7 +62,12 @@ _VLLM_BUSY_S = 1.1  # vLLM's readers spin for 1 s (SpinCondition.busy_loop_s) af
 
 
 def applies(impl: str, payload: str) -> bool:
-    """The 64 MiB tensor runs on the arena (and its floor) only; the rest on the others."""
+    """The 64 MiB tensor runs on the arena (and its floor) only; the rest on the others. The
+    remote and overflow families run their own payloads (``_FAMILY_PAYLOADS``)."""
+    if impl in FAMILY:
+        return payload in _FAMILY_PAYLOADS[FAMILY[impl]]
+    if payload in ("blob8m", "blob16m"):
+        return False
     if impl in ("arena", "floor-arena"):
         return payload == "tensor64m"
     if impl in ("ringcast", "floor"):
@@ -63,15 +82,24 @@ def _open_writer(impl: str, n: int, loader):
 
         w = FloorWriter(n, 72 << 20, 3) if impl == "floor-arena" else FloorWriter(n, 2 << 20, 10)
         return w.send, w.handle(), w.wait_attached, w.close
-    if impl == "vllm":
+    if impl.startswith("vllm"):
         from .transports import load_message_queue_class
 
-        mq = load_message_queue_class(loader)(n, n)
+        mq = load_message_queue_class(loader)(n, **_shape(impl, n))
         return mq.enqueue, pickle.dumps(mq.export_handle()), mq.wait_until_ready, getattr(mq, "close", lambda: None)
     from ..queue import MessageQueue
 
-    mq = MessageQueue(n, n, warn_interval=3600.0, **(_ARENA if impl == "arena" else {}))
+    kw = {"remote_insecure": True} if impl == "remote-insecure" else (_ARENA if impl == "arena" else {})
+    mq = MessageQueue(n, **_shape(impl, n), warn_interval=3600.0, **kw)
     return mq.enqueue, mq.export_handle(), lambda: mq.wait_until_ready(timeout=_TIMEOUT), mq.close
+
+
+def _shape(impl: str, n: int) -> dict:
+    """The arguments of ``impl``'s queue for ``n`` readers besides ``n_reader`` (both classes
+    take the same): remote readers on 127.0.0.1, or local ones (1 MiB chunks: overflow)."""
+    if FAMILY.get(impl) == "remote":
+        return {"n_local_reader": 0, "connect_ip": "127.0.0.1"}
+    return {"n_local_reader": n, **({"max_chunk_bytes": _OVERFLOW_CHUNK} if FAMILY.get(impl) == "overflow" else {})}
 
 
 def _open_reader(impl: str, info, index: int, loader):
@@ -81,7 +109,7 @@ def _open_reader(impl: str, info, index: int, loader):
 
         r = FloorReader(*info, index, view=impl == "floor-arena")
         return r.recv, r.close
-    if impl == "vllm":
+    if impl.startswith("vllm"):
         from .transports import load_message_queue_class
 
         mq = load_message_queue_class(loader).create_from_handle(pickle.loads(info), index)
@@ -176,7 +204,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
             cmd = conn.recv()
             if cmd[0] == "stop":
                 break
-            _, name, count = cmd
+            _, name, count, flood = cmd
             payload = payloads.get(name)
             if payload is None:
                 payload = payloads[name] = make_payload(name)
@@ -186,6 +214,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 send(("w", 0, 0, payload))
                 _wait_acks(efd, n, procs, poll)
             enq, flt = [], []
+            t0 = mono()
             for seq in range(count):
                 f0 = minor_faults()
                 t = mono()
@@ -193,7 +222,11 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 t1 = mono()
                 flt.append(minor_faults() - f0)
                 enq.append(t1 - t)
-                _wait_acks(efd, n, procs, poll)
+                if not flood:
+                    _wait_acks(efd, n, procs, poll)
+            if flood:  # back to back; the time until every reader has the last, per message
+                _wait_acks(efd, n * count, procs, poll)
+                per_msg = (mono() - t0) / count
             send(("end",))
             lat, rflt = [], []
             for c in conns:
@@ -202,7 +235,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 a, b = c.recv()
                 lat.extend(a)
                 rflt.extend(b)
-            conn.send({"p50_us": _p50(lat) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
+            conn.send({"p50_us": (per_msg if flood else _p50(lat)) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
                        "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt)})
     except BaseException as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
@@ -224,12 +257,14 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True) -> dict:
-    """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc."""
+def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True, mode: str = "pingpong") -> dict:
+    """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc.
+    ``mode="flood"``: each batch is sent back to back, and ``p50_us`` is the time per message
+    until every reader has the last one (throughput: 1e6 / p50_us messages per second)."""
     ctx = mp.get_context("spawn")
     if loader is not None:
         loader = os.path.abspath(loader) if os.path.isfile(loader) else loader
-    impls = [i for i in impls if i != "vllm" or loader is not None]
+    impls = [i for i in impls if not i.startswith("vllm") or loader is not None]
     raw: dict = {}
     loads: list = []
     t0 = time.monotonic()
@@ -263,14 +298,15 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
                     for impl in order:
                         count = max(5, int(COUNTS[name] * scale))
                         p, a = writers[impl]
-                        a.send(("run", name, count))
+                        a.send(("run", name, count, mode == "flood"))
                         if not a.poll(_TIMEOUT * 2):
                             raise TimeoutError(f"harness: {impl} {name} {n}r gave no result")
                         r = a.recv()
                         if "error" in r:
                             raise RuntimeError(f"harness: {impl} {name} {n}r: {r['error']}")
-                        raw.setdefault(f"{name}/{n}r", {}).setdefault(impl, []).append(r)
-                        if impl == "vllm":
+                        key = f"{name}/{n}r" + (f"/{FAMILY[impl]}" if impl in FAMILY else "")
+                        raw.setdefault(key, {}).setdefault(impl, []).append(r)
+                        if impl.startswith("vllm"):
                             time.sleep(_VLLM_BUSY_S)  # let its readers stop spinning first
                 say(f"{n} reader(s): repeat {rep + 1}/{repeats} done; load average {_load()}")
             loads.append({"readers": n, "when": "end", "loadavg": _load()})
@@ -290,7 +326,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         uptime = None
-    return {"heap": heap, "acks": acks, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
+    return {"heap": heap, "acks": acks, "mode": mode, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
@@ -299,7 +335,8 @@ _KEYS = ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults
 
 def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
-    over the floor (or floor-arena), of those medians."""
+    over the floor (or floor-arena), of those medians; in the remote and overflow families each
+    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"``."""
     out: dict = {}
     for case, per in raw.items():
         s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
@@ -310,6 +347,9 @@ def summarize(raw: dict) -> dict:
             ratios["rc/vllm"] = rc["p50_us"] / s["vllm"]["p50_us"]
         if rc and fl:
             ratios["rc/floor"] = rc["p50_us"] / fl["p50_us"]
+        for impl in s:
+            if impl in FAMILY and PEER.get(impl) in s:
+                ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
@@ -323,6 +363,8 @@ def table(result: dict) -> str:
         for k, (impl, v) in enumerate(st["impls"].items()):
             rat = st["ratios"] if k == 0 else {}
             r1 = f"{rat['rc/vllm']:.2f}" if "rc/vllm" in rat else ""
+            if impl in FAMILY and f"{impl}/{PEER.get(impl)}" in st["ratios"]:
+                r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
             lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v['reader_faults_mean']:.1f} | {r1} | {r2} |")
     return "\n".join(lines)
@@ -337,10 +379,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="messages per batch x this")
     ap.add_argument("--heap", default="clean", choices=["clean", "warm", "torch"])
     ap.add_argument("--acks", default="block", choices=["block", "poll"], help="the writer blocks on the eventfd (default) or polls it with sched_yield, as ringcast bench's writer does")
+    ap.add_argument("--mode", default="pingpong", choices=["pingpong", "flood"], help="flood: back to back; the one-way column is then the time per message until every reader has the last")
     ap.add_argument("--vllm-loader")
     ap.add_argument("--out", help="write the JSON result here")
     a = ap.parse_args(argv)
-    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks)
+    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks, mode=a.mode)
     print(table(res))
     print(f"heap={res['heap']} acks={res['acks']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
     if a.out:
