@@ -32,15 +32,16 @@ from contextlib import contextmanager, nullcontext
 import zmq
 
 from . import channel
-from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
+from .arena import DEFAULT_SLOTS, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
+from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
-from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
+from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Counters, WaitPolicy
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
@@ -54,8 +55,6 @@ DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
 #: slots of 32 MiB. vLLM maps 8 x 256 MiB lazily; ringcast reserves the pages up front (a short
 #: machine fails at construction, never with SIGBUS later), so it takes less by default.
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
-
-
 class MessageQueue(QueueRole):
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
 
@@ -105,7 +104,7 @@ class MessageQueue(QueueRole):
         *,
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
-        warn_interval: float = DEFAULT_WARN,
+        warn_interval: float | None = None,
         remote_insecure: bool = False,
         evict_dead_readers: bool = False,
         segment_kind: str = "auto",
@@ -116,7 +115,7 @@ class MessageQueue(QueueRole):
         channel.check_fd_headroom()
         if n_reader > n_local_reader:
             channel.check_remote_security(remote_insecure)
-        self._init_common(wait_policy(spin, recheck_interval, warn_interval, n_local_reader))
+        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), n_local_reader))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
         self.n_remote_reader = n_reader - n_local_reader
@@ -187,7 +186,7 @@ class MessageQueue(QueueRole):
         *,
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
-        warn_interval: float = DEFAULT_WARN,
+        warn_interval: float | None = None,
         allowed_classes=None,
     ) -> "MessageQueue":
         """Join as reader ``rank``. ``allowed_classes``: None trusts the writer fully (pickle); an
@@ -196,7 +195,7 @@ class MessageQueue(QueueRole):
         check_handle(handle, rank)
         channel.check_fd_headroom()
         self = object.__new__(MessageQueue)
-        self._init_common(wait_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
+        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
@@ -220,7 +219,7 @@ class MessageQueue(QueueRole):
                 # that every local reader has attached, and may unlink the name after that.
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
                 self.buffer.register_reader(local)
-                self._unpickler.arena = reader_arena(handle, local)
+                self._unpickler.arena = attach_arena(handle, local, self._role())
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
                 self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
@@ -256,8 +255,9 @@ class MessageQueue(QueueRole):
     def create_from_process_group_single_reader(pg, max_chunk_bytes: int, max_chunks: int, reader_rank: int = 0, blocking: bool = False,
                                                 **kwargs) -> tuple["MessageQueue", list[Handle]]:
         """vLLM's spelling of :func:`ringcast.groups.queues_to_one_reader`: every member writes a
-        one-reader queue read by group rank ``reader_rank``; returns ``(this member's writer, every
-        member's handle in rank order on the reader, [] elsewhere)``."""
+        one-reader queue read by the member of *global* rank ``reader_rank`` (as in vLLM, whose
+        ``GroupCoordinator`` passes ``self.ranks[i]``); returns ``(this member's writer, every
+        member's handle in group rank order on the reader, [] elsewhere)``."""
         from .groups import queues_to_one_reader
 
         return queues_to_one_reader(MessageQueue, pg, max_chunk_bytes, max_chunks, reader_rank, blocking, **kwargs)
@@ -268,9 +268,9 @@ class MessageQueue(QueueRole):
         After it, the writer unlinks the segment and removes the local socket file: every local
         reader has attached and connected, so neither can leak."""
         with self._in_use():
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_open()
-            deadline = None if timeout is None else time.monotonic() + timeout
+            deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
 
             def recv(sock, what):
                 return self._side.recv_frames(sock, deadline, what, timeout)
@@ -296,7 +296,7 @@ class MessageQueue(QueueRole):
             if self._closed or not self._is_writer:
                 self._check_writer("enqueue")
             if timeout is not None:
-                timeout = check_timeout(timeout)
+                timeout = as_timeout(timeout)
             if self._cancelled[0]:
                 self._check_cancelled("enqueue")
             parts, main_len, bufs, size = self._pickler.dump(obj)
@@ -327,7 +327,7 @@ class MessageQueue(QueueRole):
             self._check_writer("acquire_write")
             if self.buffer is None:
                 raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_cancelled("acquire_write")
             with self._endpoint.write_chunk(timeout) as view:
                 yield view
@@ -343,7 +343,10 @@ class MessageQueue(QueueRole):
         try:
             if self._closed or self._is_writer:
                 self._check_reader("dequeue")
-            deadline = None if timeout is None else time.monotonic() + check_timeout(timeout)
+            deadline = None
+            if timeout is not None:
+                timeout = as_timeout(timeout)
+                deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
             if self._cancelled[0]:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
@@ -375,7 +378,7 @@ class MessageQueue(QueueRole):
             self._check_reader("acquire_read")
             if not self._is_local_reader:
                 raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_cancelled("acquire_read")
             with self._endpoint.read_chunk(timeout) as view:
                 yield view
@@ -384,7 +387,8 @@ class MessageQueue(QueueRole):
     def recv(socket, timeout: float | None):
         """vLLM's helper: the next message of ``socket`` (a ringcast queue's socket), unpickled;
         ``RingTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds."""
-        if not socket.poll(None if timeout is None else max(0, int(check_timeout(timeout) * 1000))):
+        timeout = as_timeout(timeout)
+        if not socket.poll(None if timeout is None else int(timeout * 1000)):
             raise RingTimeoutError(f"no message on {socket!r} within timeout={timeout}s")
         return Unpickler().from_frames(socket.recv_multipart(copy=False))
 
