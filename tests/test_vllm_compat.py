@@ -282,7 +282,7 @@ def test_enable_shm_tensor_arena_makes_the_default_arena():
         _ready(w, r)
         assert w.tensor_arena is not None and r.tensor_arena is not None
         assert w.tensor_arena.arena.n_slots * w.tensor_arena.arena.slot_bytes <= DEFAULT_ARENA_BYTES
-        a = np.arange(2 * MIB // 8, dtype=np.int64)
+        a = np.arange(8 * MIB // 8, dtype=np.int64)  # vLLM's threshold: 8 MiB
         w.enqueue(a)
         b = r.dequeue(5)
         assert np.array_equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
@@ -837,3 +837,49 @@ def test_single_reader_takes_the_global_rank_as_vllms_group_coordinator_passes_i
 
     msg = run_group(2, wrong)[0]
     assert "reader_rank=0 is read as a global rank" in msg and "global ranks [1, 2]" in msg and "pass 1" in msg
+
+
+def _two_readers(**kw):
+    w = MessageQueue(2, 2, None, 32 * MIB, 4, **kw)
+    rs = [MessageQueue.create_from_handle(w.export_handle(), i) for i in (0, 1)]
+    _ready_all(w, rs)
+    return w, rs
+
+
+@pytest.mark.timeout(120)
+def test_vllms_arena_gives_private_copies_below_8_mib():
+    """vLLM 0.33 puts only CPU tensors of >= 8 MiB into its arena; below that every reader gets
+    a private, writable copy. ``enable_shm_tensor_arena=True`` must do the same: one reader's
+    in-place write must not show at the other, and a numpy array must arrive writable."""
+    torch = pytest.importorskip("torch")
+    w, rs = _two_readers(enable_shm_tensor_arena=True)
+    try:
+        t = torch.arange(MIB // 2, dtype=torch.float32)  # 2 MiB
+        a = np.arange(MIB // 4, dtype=np.int64)  # 2 MiB
+        w.enqueue({"t": t, "a": a})
+        got = [r.dequeue(10) for r in rs]
+        got[0]["t"][0] = -1.0
+        got[0]["a"][0] = -1  # raises if the array is a read-only view
+        assert got[1]["t"][0].item() == 0.0 and got[1]["a"][0] == 0
+        assert w.statistics().arena_hits == 0
+        big = torch.ones(4 * MIB, dtype=torch.float32)  # 16 MiB: vLLM's arena takes it, ringcast's too
+        w.enqueue(big)
+        views = [r.dequeue(10) for r in rs]
+        assert w.statistics().arena_hits == 1 and all(torch.equal(v, big) for v in views)
+        del views
+    finally:
+        _close_all(*rs, w)
+
+
+@pytest.mark.timeout(120)
+def test_ringcasts_own_arena_still_shares_from_1_mib():
+    """``tensor_arena_bytes=`` (ringcast's documented opt-in): arrays of >= 1 MiB go through the
+    arena and arrive as read-only views."""
+    w, rs = _two_readers(tensor_arena_bytes=16 * MIB, tensor_arena_slots=2)
+    try:
+        w.enqueue(np.arange(MIB // 4, dtype=np.int64))
+        views = [r.dequeue(10) for r in rs]
+        assert w.statistics().arena_hits == 1 and not views[0].flags.writeable
+        del views
+    finally:
+        _close_all(*rs, w)

@@ -60,11 +60,15 @@ from .atomics import fence
 from .errors import LayoutError
 from .shm import Segment
 
-__all__ = ["TensorArena", "ArenaWriter", "ArenaReader", "MIN_BYTES", "DEFAULT_SLOTS"]
+__all__ = ["TensorArena", "ArenaWriter", "ArenaReader", "MIN_BYTES", "VLLM_MIN_BYTES", "DEFAULT_SLOTS"]
 
 #: Buffers smaller than this stay in the chunk (copied out by each reader): below ~1 MiB the
 #: finalizer and the slot bookkeeping (~5 us) cost more than the reader's copy saves.
 MIN_BYTES = 1 << 20
+#: vLLM 0.33's threshold (its ``_ARENA_MIN_BYTES``): with ``enable_shm_tensor_arena=True`` only
+#: buffers of at least this many bytes go to the arena, so smaller ones reach every reader as a
+#: private copy, as in vLLM.
+VLLM_MIN_BYTES = 8 << 20
 DEFAULT_SLOTS = 8
 _MAGIC = b"RCARENA1"
 _HEAD = struct.Struct("<8sIIQ")  # magic, n_reader, n_slots, slot_bytes
@@ -337,14 +341,15 @@ def _release(reader: ArenaReader, s: int) -> None:
     reader._arena_release(s)
 
 
-def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str) -> ArenaWriter:
+def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str, min_bytes: int = MIN_BYTES) -> ArenaWriter:
     """The queue writer's arena: one flag per local reader of ``ring``; the flags of readers the
-    endpoint has evicted are not cleared, and dead holders are found through the ring's table."""
+    endpoint has evicted are not cleared, and dead holders are found through the ring's table.
+    Buffers of at least ``min_bytes`` go into it."""
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes < 0:
         raise ValueError(f"tensor_arena_bytes must be an int >= 0 (0: no arena), got {total_bytes!r}")
     arena = TensorArena.create(ring.n_reader, total_bytes, n_slots, kind)
     cursor = endpoint.cursor
-    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers)
+    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers, min_bytes)
 
 
 def reader_arena(handle, r: int) -> ArenaReader | None:

@@ -32,7 +32,7 @@ from contextlib import contextmanager, nullcontext
 import zmq
 
 from . import channel
-from .arena import DEFAULT_SLOTS, writer_arena
+from .arena import DEFAULT_SLOTS, MIN_BYTES as ARENA_MIN_BYTES, VLLM_MIN_BYTES, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
@@ -75,9 +75,11 @@ class MessageQueue(QueueRole):
     or "posix") picks the shared-memory segment: "auto" is an anonymous memfd segment on Linux
     (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
     else a named POSIX one. ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in
-    ``tensor_arena_slots`` slots: contiguous numpy arrays and CPU tensors of >= 1 MiB reach local
-    readers as shared read-only views (:mod:`ringcast.arena`, docs/performance.md);
-    ``enable_shm_tensor_arena=True`` (vLLM's spelling) means ``DEFAULT_ARENA_BYTES``.
+    ``tensor_arena_slots`` slots, ringcast's opt-in sharing mode: contiguous numpy arrays and CPU
+    tensors of >= 1 MiB reach local readers as views shared by every local reader (numpy's
+    read-only; :mod:`ringcast.arena`, docs/performance.md). ``enable_shm_tensor_arena=True``
+    (vLLM's spelling) means ``DEFAULT_ARENA_BYTES`` with vLLM's threshold, 8 MiB: smaller buffers
+    reach each reader as a private copy, as in vLLM (docs/engine.md, "vLLM 0.33 compatibility").
     """
 
     # Safe class-level defaults so close() works on a half-built object.
@@ -135,10 +137,11 @@ class MessageQueue(QueueRole):
                 self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
                 self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                                      observer=self._side, evict_dead_readers=evict_dead_readers)
-                if enable_shm_tensor_arena and not tensor_arena_bytes:
-                    tensor_arena_bytes = DEFAULT_ARENA_BYTES
+                min_bytes = ARENA_MIN_BYTES
+                if enable_shm_tensor_arena and not tensor_arena_bytes:  # vLLM's arena: vLLM's threshold
+                    tensor_arena_bytes, min_bytes = DEFAULT_ARENA_BYTES, VLLM_MIN_BYTES
                 if tensor_arena_bytes:
-                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
+                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind, min_bytes)
             curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
