@@ -57,7 +57,7 @@ import weakref
 
 from . import steps as _steps
 from .atomics import fence
-from .errors import LayoutError
+from .errors import LayoutError, ShmSpaceError
 from .shm import Segment
 
 __all__ = ["TensorArena", "ArenaWriter", "ArenaReader", "MIN_BYTES", "VLLM_MIN_BYTES", "DEFAULT_SLOTS"]
@@ -101,6 +101,12 @@ class TensorArena:
                              "give at least slots x the largest tensor to share, or 0 for no arena")
         slot_bytes = total_bytes // n_slots // _PAGE * _PAGE
         seg = Segment.create(cls.size(n_reader, n_slots, slot_bytes), kind=kind)
+        try:
+            seg.reserve(0, cls._data_offset(n_reader, n_slots), "the tensor arena's header and flags")  # slots: on use
+        except BaseException:
+            seg.close()
+            seg.unlink()
+            raise
         _HEAD.pack_into(seg.buf, 0, _MAGIC, n_reader, n_slots, slot_bytes)
         return cls(seg, n_reader, n_slots, slot_bytes)
 
@@ -155,6 +161,7 @@ class ArenaWriter:
         self.next = 0
         self.hits = self.fallbacks = self.reclaimed = 0
         self._released = b"\x01" * arena.n_reader
+        self.reserved = [0] * arena.n_slots  # bytes reserved at the start of each slot (_reserve)
 
     def place(self, bufs: list, sizes: list) -> list | None:
         """Each buffer's slot (-1: not placed), or None if none was placed."""
@@ -165,6 +172,8 @@ class ArenaWriter:
                 if n < self.min_bytes:
                     continue
                 s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
+                if s >= 0 and not self._reserve(s, n):
+                    s = -1
                 if s < 0:
                     self._arena_fallback()
                     continue
@@ -182,6 +191,21 @@ class ArenaWriter:
             self.unplace(slots or [])
             raise
         return slots
+
+    def _reserve(self, s: int, n: int) -> bool:
+        """Reserve the first ``n`` bytes of slot ``s`` before they are written (memory on use,
+        :mod:`ringcast.shm`; growing at least twofold); False when the pages cannot be had: the
+        buffer then goes the normal way, like one that finds no free slot."""
+        have = self.reserved[s]
+        if n <= have:
+            return True
+        want = min(self.arena.slot_bytes, max(-(-n // _PAGE) * _PAGE, 2 * have))
+        try:
+            self.arena.seg.reserve(self.arena.data(s) + have, want - have, f"slot {s} of the tensor arena")
+        except ShmSpaceError:
+            return False
+        self.reserved[s] = want
+        return True
 
     def unplace(self, slots: list) -> None:
         """The message naming ``slots`` was not published: no reader can hold them; free them."""

@@ -40,6 +40,7 @@ from .errors import RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
+from .shm import PAGE
 from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Counters, WaitPolicy
 
@@ -49,11 +50,10 @@ logger = logging.getLogger("ringcast")
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 #: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
-#: batches (1024 requests)"); ring = max_chunks of them, pages reserved at construction.
+#: batches (1024 requests)"); ring = max_chunks of them, pages reserved as messages need them.
 DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
 #: The arena ``enable_shm_tensor_arena=True`` makes when ``tensor_arena_bytes`` is not given: 8
-#: slots of 32 MiB. vLLM maps 8 x 256 MiB lazily; ringcast reserves the pages up front (a short
-#: machine fails at construction, never with SIGBUS later), so it takes less by default.
+#: slots of 32 MiB (vLLM: 8 x 256 MiB). Its pages are reserved as buffers need them, as the ring's.
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 class MessageQueue(QueueRole):
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
@@ -93,6 +93,7 @@ class MessageQueue(QueueRole):
     _busy = 0  # operations in progress (enqueue, dequeue, acquire_*, wait_until_ready)
     _auth = None
     _finalizer = None  # lifetime.release_on_collect's, once construction succeeded
+    _reserved: list | None = None  # writer: bytes reserved at the start of each chunk (_reserve)
 
     def __init__(
         self,
@@ -132,6 +133,7 @@ class MessageQueue(QueueRole):
             ipv6 = False
             if n_local_reader > 0:
                 self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
+                self._reserve_ring_head()
                 self.buffer.register_writer()
                 local_addr, self._ipc_path = channel.local_address()
                 self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
@@ -306,9 +308,12 @@ class MessageQueue(QueueRole):
             ep = self._endpoint
             overflow = None
             if ep is not None and not bufs and main_len < self.buffer.max_chunk_bytes:
+                if main_len >= self._reserved[ep.index] or ep.owed is not None:
+                    self._reserve(main_len + 1)
                 ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
             elif ep is not None:
                 chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
+                self._reserve(sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk))
                 if slots is None:
                     ep.publish(chunk, timeout, overflow)
                 else:
@@ -332,8 +337,35 @@ class MessageQueue(QueueRole):
                 raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
             timeout = as_timeout(timeout)
             self._check_cancelled("acquire_write")
+            self._reserve(self.buffer.max_chunk_bytes)  # the caller may write anywhere in it
             with self._endpoint.write_chunk(timeout) as view:
                 yield view
+
+    # -- memory on use (ringcast.shm) ---------------------------------------------------------
+    def _reserve_ring_head(self) -> None:
+        """The writer's new ring has its first page reserved (Segment.create): reserve the rest of
+        what every side touches from the start, the header and reader table and the chunks' flags;
+        a chunk's data is reserved as messages need it (:meth:`_reserve`)."""
+        buf = self.buffer
+        lay, seg = buf.layout, buf.segment
+        seg.reserve(0, lay.data_offset, "the ring's header")
+        seg.reserve(lay.meta_offset, lay.total_bytes - lay.meta_offset, "the ring's flags")
+        self._reserved = [0] * buf.max_chunks  # bytes reserved at the start of each chunk
+
+    def _reserve(self, n: int) -> None:
+        """Reserve the first ``n`` bytes of the chunk the next publish writes (after an owed
+        message's chunk, which that publish finishes first: :mod:`ringcast.endpoint`), before
+        anything is claimed or written: ShmSpaceError, naming the numbers, if the pages cannot
+        be had. A chunk's reservation grows at least twofold, so it grows a few times at most."""
+        ep, buf = self._endpoint, self.buffer
+        c = ep.index if ep.owed is None else (ep.index + 1) % buf.max_chunks
+        have = self._reserved[c]
+        if n <= have:
+            return
+        want = min(buf.max_chunk_bytes, max(-(-n // PAGE) * PAGE, 2 * have))
+        buf.segment.reserve(buf.layout.data(c) + have, want - have,
+                            f"chunk {c} of the ring (a message of {n} bytes; max_chunk_bytes {buf.max_chunk_bytes})")
+        self._reserved[c] = want
 
     # -- reading ---------------------------------------------------------------------------------
     def dequeue(self, timeout: float | None = None, indefinite: bool = False):
