@@ -141,7 +141,9 @@ except vllm_peer.PeerUnavailable as e:
 """
 _PEER_SCRIPT = _PEER_PRELUDE + """
 src = open(mod.__file__).read()
-print(json.dumps({"surface": t.describe(mod.MessageQueue), "attrs": t.instance_attributes(src)}))
+import dataclasses
+print(json.dumps({"surface": t.describe(mod.MessageQueue), "attrs": t.instance_attributes(src),
+                  "handle_fields": [f.name for f in dataclasses.fields(mod.Handle)]}))
 """
 
 
@@ -883,3 +885,54 @@ def test_ringcasts_own_arena_still_shares_from_1_mib():
         del views
     finally:
         _close_all(*rs, w)
+
+
+# -- the compatibility chapter and the code agree --------------------------------------------------------
+def _chapter() -> str:
+    text = (ROOT / "docs" / "engine.md").read_text()
+    return text.split("## vLLM 0.33 compatibility", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_chapter_names_every_public_name_parameter_attribute_and_handle_field_of_vllms(vllm_surface):
+    """docs/engine.md's chapter goes name by name: each public method of vLLM 0.33's class, each
+    of their parameters, each public instance attribute and each Handle field (all read from
+    vLLM's source) is named there, so none can be left out of the list of differences."""
+    import re
+
+    chapter = _chapter()
+    named = lambda n: re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", chapter) is not None  # noqa: E731
+    surface = vllm_surface["surface"]
+    missing = [n for n in surface if n != "__init__" and not named(n)]
+    params = {p[0] for d in surface.values() if d["params"] for p in d["params"]} - {"self", "cls"}
+    missing += [f"parameter {p}" for p in sorted(params) if not named(p)]
+    missing += [f"attribute {a}" for a in vllm_surface["attrs"] if not named(a)]
+    missing += [f"Handle.{f}" for f in vllm_surface["handle_fields"] if not named(f)]
+    assert not missing, f"docs/engine.md's vLLM 0.33 chapter does not name {missing}"
+
+
+def test_ringcasts_handle_reads_every_field_of_vllms(vllm_surface):
+    w = MessageQueue(1, 1, None, 4096, 2)
+    try:
+        h = w.export_handle()
+        assert [f for f in vllm_surface["handle_fields"] if not hasattr(h, f)] == []
+    finally:
+        w.close()
+
+
+def test_the_chapters_numbers_are_the_codes():
+    """What the chapter states as values is what the code has."""
+    from ringcast.arena import VLLM_MIN_BYTES
+    from ringcast.compat import WARN_INTERVAL_ENV
+    from ringcast.roles import LONG_WAIT_LOG
+    from ringcast.waiting import DEFAULT_WARN
+
+    chapter = _chapter()
+    assert DEFAULT_ARENA_BYTES == 256 * MIB and "`DEFAULT_ARENA_BYTES` (256 MiB" in chapter
+    assert VLLM_MIN_BYTES == 8 * MIB and "vLLM's threshold: buffers of >= 8 MiB" in chapter
+    assert DEFAULT_WARN == 60 and f"`{WARN_INTERVAL_ENV}` (default 60)" in chapter
+    assert LONG_WAIT_LOG.split(" %d ")[0] in chapter
+    w = MessageQueue(1, 1)
+    try:
+        assert w.buffer.segment.allocated_bytes() <= 8 * 1024 and "(8 KiB at the defaults" in chapter
+    finally:
+        w.close()

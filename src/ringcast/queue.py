@@ -94,6 +94,7 @@ class MessageQueue(QueueRole):
     _auth = None
     _finalizer = None  # lifetime.release_on_collect's, once construction succeeded
     _reserved: list | None = None  # writer: bytes reserved at the start of each chunk (_reserve)
+    _floor = 0
 
     def __init__(
         self,
@@ -308,12 +309,14 @@ class MessageQueue(QueueRole):
             ep = self._endpoint
             overflow = None
             if ep is not None and not bufs and main_len < self.buffer.max_chunk_bytes:
-                if main_len >= self._reserved[ep.index] or ep.owed is not None:
+                if main_len >= self._floor:  # every chunk has _floor bytes reserved
                     self._reserve(main_len + 1)
                 ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
             elif ep is not None:
                 chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
-                self._reserve(sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk))
+                n = sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk)
+                if n > self._floor:
+                    self._reserve(n)
                 if slots is None:
                     ep.publish(chunk, timeout, overflow)
                 else:
@@ -351,6 +354,7 @@ class MessageQueue(QueueRole):
         seg.reserve(0, lay.data_offset, "the ring's header")
         seg.reserve(lay.meta_offset, lay.total_bytes - lay.meta_offset, "the ring's flags")
         self._reserved = [0] * buf.max_chunks  # bytes reserved at the start of each chunk
+        self._floor = 0  # min(_reserved): a message no longer than this needs no look at its chunk
 
     def _reserve(self, n: int) -> None:
         """Reserve the first ``n`` bytes of the chunk the next publish writes (after an owed
@@ -366,6 +370,7 @@ class MessageQueue(QueueRole):
         buf.segment.reserve(buf.layout.data(c) + have, want - have,
                             f"chunk {c} of the ring (a message of {n} bytes; max_chunk_bytes {buf.max_chunk_bytes})")
         self._reserved[c] = want
+        self._floor = min(self._reserved)
 
     # -- reading ---------------------------------------------------------------------------------
     def dequeue(self, timeout: float | None = None, indefinite: bool = False):
