@@ -936,3 +936,57 @@ def test_the_chapters_numbers_are_the_codes():
         assert w.buffer.segment.allocated_bytes() <= 8 * 1024 and "(8 KiB at the defaults" in chapter
     finally:
         w.close()
+
+
+def child_torch_subgroup_single_reader(rank: int, store: str) -> dict:
+    """Global rank ``rank`` of a 3-rank gloo world: the vLLM-shaped call on the torch subgroup of
+    global ranks [1, 2], reader = ``self.ranks[0]`` = global rank 1, and with a global rank no
+    member has."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=3)
+    try:
+        sub = dist.new_group([1, 2])  # every rank makes it, as torch requires
+        out: dict = {}
+        if rank in (1, 2):
+            mq, handles = MessageQueue.create_from_process_group_single_reader(sub, 4096, 4, reader_rank=1)
+            readers = [MessageQueue.create_from_handle(h, 0) for h in handles]
+            try:
+                ts = [threading.Thread(target=q.wait_until_ready, args=(20,)) for q in readers]
+                for t in ts:
+                    t.start()
+                dist.barrier(group=sub)  # every reader has joined
+                mq.wait_until_ready(20)
+                mq.enqueue(("from", rank))
+                for t in ts:
+                    t.join(20)
+                out["got"] = [q.dequeue(10) for q in readers]
+                dist.barrier(group=sub)
+            finally:
+                for q in readers:
+                    q.close()
+                mq.close()
+            try:
+                MessageQueue.create_from_process_group_single_reader(sub, 4096, 4, reader_rank=0)
+            except ValueError as e:
+                out["error"] = str(e)
+        dist.barrier()
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_single_reader_on_a_torch_subgroup_reads_global_ranks(tmp_path):
+    """The issue's case: on a torch subgroup of global ranks [1, 2], ``reader_rank=1`` (what
+    vLLM's GroupCoordinator passes) made global rank 2 the reader; global rank 1 must be."""
+    pytest.importorskip("torch.distributed")
+    with Children(timeout=200) as ch:
+        for rank in range(3):
+            ch.start(rank, child_torch_subgroup_single_reader, rank, str(tmp_path / "store"))
+        res = ch.wait()
+    assert res[0] == {}
+    assert res[1]["got"] == [("from", 1), ("from", 2)] and res[2]["got"] == []
+    for r in (1, 2):
+        assert "reader_rank=0 is read as a global rank" in res[r]["error"] and "global ranks [1, 2]" in res[r]["error"]
