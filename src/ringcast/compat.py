@@ -12,7 +12,6 @@ import math
 import numbers
 import os
 
-from .arena import reader_arena
 from .errors import HandleError, LayoutError
 from .waiting import DEFAULT_WARN
 
@@ -43,14 +42,15 @@ def default_warn_interval() -> float:
     return value
 
 
-def attach_arena(handle, local: int, role: str):
-    """The local reader's side of the writer's tensor arena, or None. An arena it cannot attach
+def attach_arena(make, handle, local: int, role: str):
+    """The local reader's side of the writer's tensor arena (``make(handle, local)``:
+    :func:`ringcast.arena.reader_arena`, looked up by the queue), or None. An arena it cannot attach
     (gone, or not the writer's) is tolerated as vLLM tolerates it: logged, and the reader joins
     without one; a message that puts buffers in the arena then fails on this reader with a
     PayloadError, while the writer's arena, whose slots this reader never releases, fills up
     and the writer falls back to sending every buffer the normal way."""
     try:
-        return reader_arena(handle, local)
+        return make(handle, local)
     except (HandleError, LayoutError, OSError) as e:
         logger.warning("ringcast %s (pid %d) joins without the tensor arena, which it cannot attach: %s", role, os.getpid(), e)
         return None

@@ -32,7 +32,7 @@ from contextlib import contextmanager, nullcontext
 import zmq
 
 from . import channel
-from .arena import DEFAULT_SLOTS, MIN_BYTES as ARENA_MIN_BYTES, VLLM_MIN_BYTES, writer_arena
+from .arena import DEFAULT_SLOTS, MIN_BYTES as ARENA_MIN_BYTES, VLLM_MIN_BYTES, reader_arena, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
@@ -225,7 +225,7 @@ class MessageQueue(QueueRole):
                 # that every local reader has attached, and may unlink the name after that.
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
                 self.buffer.register_reader(local)
-                self._unpickler.arena = attach_arena(handle, local, self._role())
+                self._unpickler.arena = attach_arena(reader_arena, handle, local, self._role())
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
                 self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,

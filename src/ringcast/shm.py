@@ -118,12 +118,16 @@ class Segment:
 
     ``seg.locator`` (a :class:`Locator`) is what peers attach with; ``seg.name`` is its string
     form (the /dev/shm name for ``posix``), which :meth:`attach` also takes. ``close()`` unmaps
-    (every process calls it; the creator of a memfd also closes its descriptor). ``unlink()``
-    (creator only) stops new peers from attaching: it removes a posix name, and closes a memfd
-    creator's descriptor; processes already attached keep their mapping. Both are idempotent.
+    (every process calls it; the creator also closes its descriptors). ``unlink()`` (creator
+    only) stops new peers from attaching: it removes a posix name, and closes the memfd
+    descriptor the locator names; processes already attached keep their mapping. Both are
+    idempotent. The creator keeps one private descriptor until ``close()``, for
+    :meth:`reserve`: a process holding the handle cannot reach it (the locator names the closed
+    one); only one that may ptrace the creator could open it through /proc, as it could read
+    the creator's memory anyway.
 
     A segment dropped without ``close()`` is not kept until the process exits: when it is garbage
-    collected, a finalizer closes a memfd creator's descriptor, and the mapping goes with the last
+    collected, a finalizer closes the creator's descriptors, and the mapping goes with the last
     reference to ``buf`` (at once, or when the last memoryview of it dies). A posix name stays
     until ``unlink()`` (or the resource tracker, at exit).
     """
