@@ -6,7 +6,9 @@ A *group* is any object of the :class:`ObjectGroup` shape: its ``rank`` and ``wo
 ``broadcast_obj(obj, src)`` (``src`` is a group rank; every member returns the source's object)
 and ``all_gather_obj(obj)`` (every member returns the list of every member's object, in rank
 order). vLLM's ``StatelessProcessGroup`` (a torch-free group over a TCP store) has exactly that
-shape. A ``torch.distributed`` process group is adapted by :class:`TorchObjectGroup` (torch is
+shape. An optional ``ranks`` attribute lists the members' global ranks in group rank order (as
+vLLM's ``GroupCoordinator.ranks``); :func:`global_ranks` reads it, for
+:func:`queues_to_one_reader`, whose ``reader_rank`` is a global rank as in vLLM. A ``torch.distributed`` process group is adapted by :class:`TorchObjectGroup` (torch is
 imported only then); ``None`` means torch's default (world) group.
 
 This module imports neither the queue nor ``ringcast.torch``: :func:`queue_from_group` is given
