@@ -340,3 +340,36 @@ def test_a_claim_that_cannot_get_its_pages_fails_naming_the_numbers(monkeypatch)
     finally:
         r.close()
         w.close()
+
+
+def test_a_refused_chunk_gives_back_the_arena_slots_its_message_filled(monkeypatch):
+    """The arena's buffers are placed before the ring chunk is reserved; when the chunk's pages
+    cannot be had, the slots are given back (no ring chunk names them) and the arena goes on."""
+    import numpy as np
+
+    from ringcast import MessageQueue, ShmSpaceError
+
+    w = MessageQueue(1, 1, max_chunk_bytes=2 * MIB, max_chunks=4, tensor_arena_bytes=4 * MIB, tensor_arena_slots=2)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    msg = {"array": np.ones(3 * MIB // 16, dtype=np.int64), "inline": bytes(600 << 10)}  # 1.5 MiB: the arena
+    try:
+        for _ in range(2):  # chunks 0 and 1 and both slots get their pages
+            w.enqueue(msg, timeout=5)
+            got = r.dequeue(timeout=5)
+            assert got["array"].sum() == 3 * MIB // 16
+            del got
+        arena = w.tensor_arena
+        hits = arena.hits
+        why = "memory cgroup /sys/fs/cgroup/x has 64.0 KiB left (memory.max 1.0 GiB, memory.current 1.0 GiB)"
+        monkeypatch.setattr(shm, "memory_headroom", lambda: (64 << 10, why))
+        monkeypatch.setattr(shm, "shm_free_bytes", lambda d=shm.SHM_DIR: 64 << 10)
+        with pytest.raises(ShmSpaceError, match="for chunk 2 of the ring"):
+            w.enqueue(msg, timeout=5)
+        assert arena.hits == hits
+        assert all(arena.arena.flags(s)[1:] == b"\x01" for s in range(2))  # every slot free again
+        monkeypatch.undo()
+        w.enqueue(msg, timeout=5)
+        assert r.dequeue(timeout=5)["inline"] == bytes(600 << 10) and arena.hits == hits + 1
+    finally:
+        r.close()
+        w.close()

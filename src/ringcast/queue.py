@@ -316,7 +316,7 @@ class MessageQueue(QueueRole):
                 chunk, overflow, slots = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._arena)
                 n = sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk)
                 if n > self._floor:
-                    self._reserve(n)
+                    self._reserve(n, slots)
                 if slots is None:
                     ep.publish(chunk, timeout, overflow)
                 else:
@@ -346,29 +346,33 @@ class MessageQueue(QueueRole):
 
     # -- memory on use (ringcast.shm) ---------------------------------------------------------
     def _reserve_ring_head(self) -> None:
-        """The writer's new ring has its first page reserved (Segment.create): reserve the rest of
-        what every side touches from the start, the header and reader table and the chunks' flags;
-        a chunk's data is reserved as messages need it (:meth:`_reserve`)."""
+        """Reserve what every side touches from the start (header, reader table, flags); a
+        chunk's data is reserved as messages need it (:meth:`_reserve`)."""
         buf = self.buffer
         lay, seg = buf.layout, buf.segment
         seg.reserve(0, lay.data_offset, "the ring's header")
         seg.reserve(lay.meta_offset, lay.total_bytes - lay.meta_offset, "the ring's flags")
         self._reserved = [0] * buf.max_chunks  # bytes reserved at the start of each chunk
-        self._floor = 0  # min(_reserved): a message no longer than this needs no look at its chunk
+        self._floor = 0  # min(_reserved): a message this short skips the look at its chunk
 
-    def _reserve(self, n: int) -> None:
+    def _reserve(self, n: int, slots: list | None = None) -> None:
         """Reserve the first ``n`` bytes of the chunk the next publish writes (after an owed
         message's chunk, which that publish finishes first: :mod:`ringcast.endpoint`), before
         anything is claimed or written: ShmSpaceError, naming the numbers, if the pages cannot
-        be had. A chunk's reservation grows at least twofold, so it grows a few times at most."""
+        be had (the arena ``slots`` the message filled are given back then). A chunk's
+        reservation grows at least twofold, so it grows a few times at most."""
         ep, buf = self._endpoint, self.buffer
         c = ep.index if ep.owed is None else (ep.index + 1) % buf.max_chunks
         have = self._reserved[c]
         if n <= have:
             return
-        want = min(buf.max_chunk_bytes, max(-(-n // PAGE) * PAGE, 2 * have))
-        buf.segment.reserve(buf.layout.data(c) + have, want - have,
-                            f"chunk {c} of the ring (a message of {n} bytes; max_chunk_bytes {buf.max_chunk_bytes})")
+        want, what = min(buf.max_chunk_bytes, max(-(-n // PAGE) * PAGE, 2 * have)), f"chunk {c} of the ring"
+        try:
+            buf.segment.reserve(buf.layout.data(c) + have, want - have, f"{what} (a message of {n} bytes; max_chunk_bytes {buf.max_chunk_bytes})")
+        except BaseException:
+            if slots is not None:  # no ring chunk names them: no reader can hold them
+                self._arena.unplace(slots)
+            raise
         self._reserved[c] = want
         self._floor = min(self._reserved)
 
