@@ -278,16 +278,17 @@ def test_indefinite_waits_are_not_logged_as_long(caplog, how):
 
 
 def test_enable_shm_tensor_arena_makes_the_default_arena():
+    torch = pytest.importorskip("torch")
     w = MessageQueue(1, 1, None, 64 * 1024, 4, None, True)  # vLLM's positional spelling
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     try:
         _ready(w, r)
         assert w.tensor_arena is not None and r.tensor_arena is not None
         assert w.tensor_arena.arena.n_slots * w.tensor_arena.arena.slot_bytes <= DEFAULT_ARENA_BYTES
-        a = np.arange(8 * MIB // 8, dtype=np.int64)  # vLLM's threshold: 8 MiB
+        a = torch.arange(8 * MIB // 8, dtype=torch.int64)  # vLLM's arena: CPU tensors from 8 MiB
         w.enqueue(a)
         b = r.dequeue(5)
-        assert np.array_equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
+        assert torch.equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
         del b
     finally:
         r.close()
@@ -869,6 +870,10 @@ def test_vllms_arena_gives_private_copies_below_8_mib():
         views = [r.dequeue(10) for r in rs]
         assert w.statistics().arena_hits == 1 and all(torch.equal(v, big) for v in views)
         del views
+        w.enqueue(np.ones(2 * MIB, dtype=np.int64))  # 16 MiB of numpy: vLLM's arena takes tensors only
+        arrays = [r.dequeue(10) for r in rs]
+        arrays[0][0] = -1
+        assert w.statistics().arena_hits == 1 and arrays[1][0] == 1
     finally:
         _close_all(*rs, w)
 

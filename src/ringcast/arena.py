@@ -153,8 +153,11 @@ class ArenaWriter:
     (buffers placed), ``fallbacks`` (large enough, but no free slot or larger than a slot: sent
     the normal way), ``reclaimed`` (dead readers' flags set)."""
 
-    def __init__(self, arena: TensorArena, live_readers, dead_readers, min_bytes: int = MIN_BYTES) -> None:
+    def __init__(self, arena: TensorArena, live_readers, dead_readers, min_bytes: int = MIN_BYTES, *,
+                 tensors_only: bool = False) -> None:
         self.arena = arena
+        #: vLLM's arena: only CPU tensors' buffers (numpy arrays and other buffers go the normal way)
+        self.tensors_only = tensors_only
         self.live_readers = live_readers
         self.dead_readers = dead_readers
         self.min_bytes = min_bytes
@@ -169,7 +172,7 @@ class ArenaWriter:
         taken: list = []
         try:
             for k, n in enumerate(sizes):
-                if n < self.min_bytes:
+                if n < self.min_bytes or (self.tensors_only and not _of_a_tensor(bufs[k])):
                     continue
                 s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
                 if s >= 0 and not self._reserve(s, n):
@@ -361,19 +364,28 @@ class ArenaReader:
                 a.close()
 
 
+def _of_a_tensor(buf) -> bool:
+    """Whether an out-of-band buffer holds a CPU tensor's bytes: :mod:`ringcast.pickling` sends
+    a tensor as a ``PickleBuffer`` of ``tensor.numpy()``, an array whose ``base`` is the tensor
+    (a numpy array's own buffer has an array or None there). No torch import."""
+    base = getattr(getattr(buf, "obj", None), "base", None)
+    return type(base).__name__ == "Tensor" and type(base).__module__.startswith("torch")
+
+
 def _release(reader: ArenaReader, s: int) -> None:
     reader._arena_release(s)
 
 
-def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str, min_bytes: int = MIN_BYTES) -> ArenaWriter:
+def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str, min_bytes: int = MIN_BYTES,
+                 tensors_only: bool = False) -> ArenaWriter:
     """The queue writer's arena: one flag per local reader of ``ring``; the flags of readers the
     endpoint has evicted are not cleared, and dead holders are found through the ring's table.
-    Buffers of at least ``min_bytes`` go into it."""
+    Buffers of at least ``min_bytes`` go into it (``tensors_only``: CPU tensors' only, as vLLM's)."""
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes < 0:
         raise ValueError(f"tensor_arena_bytes must be an int >= 0 (0: no arena), got {total_bytes!r}")
     arena = TensorArena.create(ring.n_reader, total_bytes, n_slots, kind)
     cursor = endpoint.cursor
-    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers, min_bytes)
+    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers, min_bytes, tensors_only=tensors_only)
 
 
 def reader_arena(handle, r: int) -> ArenaReader | None:

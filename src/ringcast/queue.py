@@ -140,11 +140,11 @@ class MessageQueue(QueueRole):
                 self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
                 self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                                      observer=self._side, evict_dead_readers=evict_dead_readers)
-                min_bytes = ARENA_MIN_BYTES
-                if enable_shm_tensor_arena and not tensor_arena_bytes:  # vLLM's arena: vLLM's threshold
-                    tensor_arena_bytes, min_bytes = DEFAULT_ARENA_BYTES, VLLM_MIN_BYTES
+                vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
+                tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
                 if tensor_arena_bytes:
-                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind, min_bytes)
+                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
+                                               VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
             curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
