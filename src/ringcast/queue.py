@@ -55,6 +55,8 @@ DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
 #: The arena ``enable_shm_tensor_arena=True`` makes when ``tensor_arena_bytes`` is not given: 8
 #: slots of 32 MiB (vLLM: 8 x 256 MiB). Its pages are reserved as buffers need them, as the ring's.
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
+
+
 class MessageQueue(QueueRole):
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
 
@@ -348,8 +350,7 @@ class MessageQueue(QueueRole):
     def _reserve_ring_head(self) -> None:
         """Reserve what every side touches from the start (header, reader table, flags); a
         chunk's data is reserved as messages need it (:meth:`_reserve`)."""
-        buf = self.buffer
-        lay, seg = buf.layout, buf.segment
+        buf, lay, seg = self.buffer, self.buffer.layout, self.buffer.segment
         seg.reserve(0, lay.data_offset, "the ring's header")
         seg.reserve(lay.meta_offset, lay.total_bytes - lay.meta_offset, "the ring's flags")
         self._reserved = [0] * buf.max_chunks  # bytes reserved at the start of each chunk
@@ -358,9 +359,8 @@ class MessageQueue(QueueRole):
     def _reserve(self, n: int, slots: list | None = None) -> None:
         """Reserve the first ``n`` bytes of the chunk the next publish writes (after an owed
         message's chunk, which that publish finishes first: :mod:`ringcast.endpoint`), before
-        anything is claimed or written: ShmSpaceError, naming the numbers, if the pages cannot
-        be had (the arena ``slots`` the message filled are given back then). A chunk's
-        reservation grows at least twofold, so it grows a few times at most."""
+        anything is claimed or written: ShmSpaceError, naming the numbers, if the pages cannot be
+        had (the arena ``slots`` the message filled are given back then). Grows twofold at least."""
         ep, buf = self._endpoint, self.buffer
         c = ep.index if ep.owed is None else (ep.index + 1) % buf.max_chunks
         have = self._reserved[c]
