@@ -261,3 +261,115 @@ def test_posix_name_outlives_a_creator_killed_with_its_resource_tracker():
                 os.unlink(f"/dev/shm/{name}")
             except FileNotFoundError:
                 pass
+
+
+# -- memory on use: a segment's pages are reserved as they are needed ----------------------------------
+MIB = 1 << 20
+
+
+def _allocated(seg) -> int:
+    """Bytes with memory behind them in a posix segment (tmpfs blocks), read off its name."""
+    return os.stat(f"/dev/shm/{seg.name}").st_blocks * 512
+
+
+@pytest.mark.parametrize("kind", ["memfd", "posix"])
+def test_a_default_queue_costs_its_header_and_flags_not_its_ring(kind):
+    """vLLM maps its ring lazily; ringcast reserved all of it at construction (240 MiB for a
+    default queue). Now only the pages every side touches from the start are reserved."""
+    if kind == "memfd" and not shm.memfd_available():
+        pytest.skip("needs memfd")
+    from ringcast import MessageQueue
+
+    w = MessageQueue(1, 1, segment_kind=kind, enable_shm_tensor_arena=True)
+    try:
+        seg = w.buffer.segment
+        assert seg.size > 240 * MIB
+        assert seg.allocated_bytes() <= 3 * shm.PAGE  # header, flags (and the memfd's token)
+        assert w.tensor_arena.arena.seg.allocated_bytes() <= 2 * shm.PAGE
+        if kind == "posix":
+            assert _allocated(seg) == seg.allocated_bytes()
+    finally:
+        w.close()
+
+
+def test_pages_come_as_messages_need_them():
+    from ringcast import MessageQueue
+
+    w = MessageQueue(1, 1, max_chunks=4)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        seg = w.buffer.segment
+        base = seg.allocated_bytes()
+        for i in range(4):
+            w.enqueue(b"x" * 200, timeout=5)
+            assert r.dequeue(timeout=5) == b"x" * 200
+        assert seg.allocated_bytes() - base <= 4 * 2 * shm.PAGE  # a page (two at a boundary) per chunk
+        grown = seg.allocated_bytes()
+        w.enqueue(bytes(MIB), timeout=5)
+        assert r.dequeue(timeout=5) == bytes(MIB)
+        assert MIB <= seg.allocated_bytes() - grown <= MIB + 4 * shm.PAGE
+        with w.acquire_write(timeout=5) as view:  # the caller may write anywhere: all of the chunk
+            view[-1] = 1
+        assert seg.allocated_bytes() >= base + 24 * MIB
+    finally:
+        r.close()
+        w.close()
+
+
+def test_a_claim_that_cannot_get_its_pages_fails_naming_the_numbers(monkeypatch):
+    """No SIGBUS and no silent overcommit: the headroom is checked for the whole ring at
+    construction, and a chunk's pages are reserved (or refused, with the numbers) before the
+    writer claims and fills it; a refused message leaves the ring as it was."""
+    from ringcast import MessageQueue, ShmSpaceError
+
+    w = MessageQueue(1, 1, max_chunk_bytes=4 * MIB, max_chunks=2, segment_kind="memfd" if shm.memfd_available() else "posix")
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        why = "memory cgroup /sys/fs/cgroup/x has 64.0 KiB left (memory.max 1.0 GiB, memory.current 1.0 GiB)"
+        monkeypatch.setattr(shm, "memory_headroom", lambda: (64 << 10, why))
+        monkeypatch.setattr(shm, "shm_free_bytes", lambda d=shm.SHM_DIR: 64 << 10)
+        with pytest.raises(ShmSpaceError, match=r"cannot reserve 1\.0 MiB of shared memory for chunk 0 of the ring \(a message of "
+                                                 r"\d+ bytes; max_chunk_bytes 4194304\) \(bytes \d+\.\.\d+ of a 8\.0 MiB") as e:
+            w.enqueue(bytes(MIB - 100), timeout=5)
+        assert ("64.0 KiB left" in str(e.value)) == (w.buffer.segment.kind == "memfd")
+        with pytest.raises(TimeoutError):
+            r.dequeue(timeout=0)  # nothing was published
+        monkeypatch.undo()
+        w.enqueue(bytes(MIB - 100), timeout=5)
+        assert r.dequeue(timeout=5) == bytes(MIB - 100)
+    finally:
+        r.close()
+        w.close()
+
+
+def test_a_refused_chunk_gives_back_the_arena_slots_its_message_filled(monkeypatch):
+    """The arena's buffers are placed before the ring chunk is reserved; when the chunk's pages
+    cannot be had, the slots are given back (no ring chunk names them) and the arena goes on."""
+    import numpy as np
+
+    from ringcast import MessageQueue, ShmSpaceError
+
+    w = MessageQueue(1, 1, max_chunk_bytes=2 * MIB, max_chunks=4, tensor_arena_bytes=4 * MIB, tensor_arena_slots=2)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    msg = {"array": np.ones(3 * MIB // 16, dtype=np.int64), "inline": bytes(600 << 10)}  # 1.5 MiB: the arena
+    try:
+        for _ in range(2):  # chunks 0 and 1 and both slots get their pages
+            w.enqueue(msg, timeout=5)
+            got = r.dequeue(timeout=5)
+            assert got["array"].sum() == 3 * MIB // 16
+            del got
+        arena = w.tensor_arena
+        hits = arena.hits
+        why = "memory cgroup /sys/fs/cgroup/x has 64.0 KiB left (memory.max 1.0 GiB, memory.current 1.0 GiB)"
+        monkeypatch.setattr(shm, "memory_headroom", lambda: (64 << 10, why))
+        monkeypatch.setattr(shm, "shm_free_bytes", lambda d=shm.SHM_DIR: 64 << 10)
+        with pytest.raises(ShmSpaceError, match="for chunk 2 of the ring"):
+            w.enqueue(msg, timeout=5)
+        assert arena.hits == hits
+        assert all(arena.arena.flags(s)[1:] == b"\x01" for s in range(2))  # every slot free again
+        monkeypatch.undo()
+        w.enqueue(msg, timeout=5)
+        assert r.dequeue(timeout=5)["inline"] == bytes(600 << 10) and arena.hits == hits + 1
+    finally:
+        r.close()
+        w.close()

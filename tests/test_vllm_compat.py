@@ -37,7 +37,10 @@ from _procs import CTX, Children
 from _thread_group import run_group
 
 ROOT = Path(__file__).resolve().parents[1]
-PEER_DIR = Path(os.environ.get("RINGCAST_VLLM_PEER_DIR", ROOT.parent / "shared" / "peers"))
+#: ../shared/peers of the main checkout; a worktree under <project>/wt/<name> finds it two levels up.
+PEER_DIR = Path(os.environ.get("RINGCAST_VLLM_PEER_DIR") or next(
+    (p for p in (ROOT.parent / "shared" / "peers", ROOT.parent.parent / "shared" / "peers") if (p / "vllm_peer.py").is_file()),
+    ROOT.parent / "shared" / "peers"))
 MIB = 1 << 20
 
 #: vLLM public names ringcast does not provide, each with the reason (docs/engine.md repeats it).
@@ -125,7 +128,8 @@ def incompatibilities(theirs: dict, ours: dict) -> list[str]:
     return out
 
 
-_PEER_SCRIPT = """
+#: What a child interpreter runs first: vLLM's module as ``mod`` (or a line saying why not).
+_PEER_PRELUDE = """
 import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import vllm_peer, test_vllm_compat as t
@@ -134,8 +138,12 @@ try:
 except vllm_peer.PeerUnavailable as e:
     print(json.dumps({"unavailable": str(e)}))
     raise SystemExit(0)
+"""
+_PEER_SCRIPT = _PEER_PRELUDE + """
 src = open(mod.__file__).read()
-print(json.dumps({"surface": t.describe(mod.MessageQueue), "attrs": t.instance_attributes(src)}))
+import dataclasses
+print(json.dumps({"surface": t.describe(mod.MessageQueue), "attrs": t.instance_attributes(src),
+                  "handle_fields": [f.name for f in dataclasses.fields(mod.Handle)]}))
 """
 
 
@@ -247,7 +255,7 @@ def test_indefinite_waits_are_not_logged_as_long(caplog, how):
     and the long-wait log is for waits that are not expected. warn_interval is tiny here, so
     every timed wake of a logged wait would log."""
     w, r = _pair(spin=0, recheck_interval=0.005, warn_interval=1e-9)
-    caplog.set_level(logging.WARNING, logger="ringcast")
+    caplog.set_level(logging.INFO, logger="ringcast")
     try:
         def wait(**kw):
             if how == "dequeue":
@@ -270,16 +278,17 @@ def test_indefinite_waits_are_not_logged_as_long(caplog, how):
 
 
 def test_enable_shm_tensor_arena_makes_the_default_arena():
+    torch = pytest.importorskip("torch")
     w = MessageQueue(1, 1, None, 64 * 1024, 4, None, True)  # vLLM's positional spelling
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     try:
         _ready(w, r)
         assert w.tensor_arena is not None and r.tensor_arena is not None
         assert w.tensor_arena.arena.n_slots * w.tensor_arena.arena.slot_bytes <= DEFAULT_ARENA_BYTES
-        a = np.arange(2 * MIB // 8, dtype=np.int64)
+        a = torch.arange(8 * MIB // 8, dtype=torch.int64)  # vLLM's arena: CPU tensors from 8 MiB
         w.enqueue(a)
         b = r.dequeue(5)
-        assert np.array_equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
+        assert torch.equal(a, b) and r.statistics().arena_hits == 1 and w.statistics().arena_hits == 1
         del b
     finally:
         r.close()
@@ -562,3 +571,427 @@ def test_gc_of_a_writer_before_its_handshake_removes_its_segment_name():
         ch.start("w", child_writer_before_handshake_collected, "posix")
         got = ch.wait()["w"]
     assert got["freed"] and not got["name_left"], got
+
+
+# -- vLLM 0.33's call sites, side by side with vLLM's own class --------------------------------------------
+# Each scenario takes a MessageQueue class and returns plain data. It runs here on ringcast's class,
+# and in a child interpreter on vLLM 0.33's real class (../shared/peers/vllm_peer.py; the child needs
+# no vLLM platform module for these): both must give EXPECTED, which is what vLLM 0.33 gives.
+def _ready_all(w, readers) -> None:
+    """The READY handshake with vLLM's signature (no timeout): readers in threads."""
+    ts = [threading.Thread(target=r.wait_until_ready, daemon=True) for r in readers]
+    for t in ts:
+        t.start()
+    w.wait_until_ready()
+    for t in ts:
+        t.join(30)
+    assert not any(t.is_alive() for t in ts), "a reader's READY never came"
+
+
+def _close_all(*qs) -> None:
+    for q in qs:
+        if hasattr(q, "close"):  # vLLM's class has none: its finalizer closes the sockets
+            q.close()
+
+
+def scenario_executor_peer_response(MQ) -> dict:
+    """MultiprocExecutor.wait_for_response_handle_ready: a worker on another node made its
+    response queue ``MessageQueue(1, 0, ...)`` (no local reader); the executor joins every peer's
+    response queue that has a remote address with ``create_from_handle(handle, -1)``."""
+    w = MQ(1, 0, None, 1 << 16, 6, "127.0.0.1")
+    h = w.export_handle()
+    r = MQ.create_from_handle(h, -1) if h.remote_subscribe_addr is not None else None
+    try:
+        _ready_all(w, [r])
+        w.enqueue({"output": [1, 2]})
+        return {"got": r.dequeue(timeout=10), "local_reader_rank": r.local_reader_rank, "current_idx": r.current_idx}
+    finally:
+        _close_all(r, w)
+
+
+def scenario_timeouts(MQ) -> list:
+    """Timeouts as vLLM takes them: a negative one has expired (a ready message is still
+    returned, else TimeoutError at once), numpy scalars are seconds like floats."""
+    import numpy
+
+    w = MQ(1, 1, None, 1 << 16, 6)
+    r = MQ.create_from_handle(w.export_handle(), 0)
+    out = []
+    try:
+        _ready_all(w, [r])
+        w.enqueue("a", timeout=numpy.int64(5))
+        out.append(r.dequeue(timeout=-1))
+        w.enqueue("b", timeout=numpy.float32(5.0))
+        out.append(r.dequeue(timeout=numpy.float32(-0.5)))
+        w.enqueue("c", timeout=-3)  # a free chunk: an expired timeout still writes
+        out.append(r.dequeue(timeout=numpy.int64(5)))
+        for t in (-1, numpy.float32(0.01), numpy.int64(0)):
+            try:
+                out.append(["no timeout", r.dequeue(timeout=t)])
+            except TimeoutError:
+                out.append("TimeoutError")
+        return out
+    finally:
+        _close_all(r, w)
+
+
+def scenario_shutdown_text(MQ) -> dict:
+    """vLLM's tests match "cancelled" in the error of a reader woken by shutdown()."""
+    w = MQ(1, 1, None, 1 << 16, 6)
+    r = MQ.create_from_handle(w.export_handle(), 0)
+    try:
+        _ready_all(w, [r])
+        r.shutdown()
+        try:
+            r.dequeue(timeout=5)
+        except RuntimeError as e:
+            return {"error": type(e).__mro__[1].__name__ if type(e).__name__ != "RuntimeError" else "RuntimeError",
+                    "says_cancelled": "cancelled" in str(e), "is_runtime_error": True}
+        return {"error": None}
+    finally:
+        _close_all(r, w)
+
+
+def scenario_handle_fields(MQ) -> dict:
+    """vLLM's Handle field names, read off a handle with local readers and one without."""
+    local = MQ(1, 1, None, 4096, 2)
+    remote = MQ(1, 0, None, 4096, 2, "127.0.0.1")
+    try:
+        hl, hr = local.export_handle(), remote.export_handle()
+        return {"arena": [hl.tensor_arena_handle, hr.tensor_arena_handle],
+                "notify_is_str": [isinstance(hl.local_notify_addr, str), hr.local_notify_addr is None],
+                "remote": [hl.remote_subscribe_addr is None, hr.remote_subscribe_addr is not None]}
+    finally:
+        _close_all(local, remote)
+
+
+SCENARIOS = {
+    "executor_peer_response": (scenario_executor_peer_response,
+                               {"got": {"output": [1, 2]}, "local_reader_rank": -1, "current_idx": -1}),
+    "timeouts": (scenario_timeouts, ["a", "b", "c", "TimeoutError", "TimeoutError", "TimeoutError"]),
+    "shutdown_text": (scenario_shutdown_text, {"says_cancelled": True, "is_runtime_error": True}),
+    "handle_fields": (scenario_handle_fields, {"arena": [None, None], "notify_is_str": [True, True], "remote": [True, True]}),
+}
+
+_SCENARIO_SCRIPT = _PEER_PRELUDE + """
+out = {}
+for name, (fn, _expected) in t.SCENARIOS.items():
+    try:
+        out[name] = t._comparable(name, fn(mod.MessageQueue))
+    except Exception as e:
+        out[name] = f"raised {type(e).__name__}: {e}"
+out["long_wait_log"] = mod.LONG_WAIT_TIME_LOG_MSG
+out["warning_interval"] = mod.VLLM_RINGBUFFER_WARNING_INTERVAL
+print(json.dumps(out))
+"""
+
+
+def _comparable(name: str, got):
+    """A scenario's result, reduced to what EXPECTED states (the shutdown error's class differs
+    by design: ringcast's Cancelled is a RuntimeError)."""
+    if name == "shutdown_text" and isinstance(got, dict):
+        got = {k: v for k, v in got.items() if k in ("says_cancelled", "is_runtime_error")}
+    return json.loads(json.dumps(got))
+
+
+@pytest.fixture(scope="module")
+def vllm_behaviour(vllm_surface) -> dict:
+    """Every scenario run on vLLM 0.33's class, in one child (with $VLLM_RINGBUFFER_WARNING_INTERVAL
+    set to 7, to see vLLM read it)."""
+    env = dict(os.environ, VLLM_RINGBUFFER_WARNING_INTERVAL="7")
+    r = subprocess.run([sys.executable, "-c", _SCENARIO_SCRIPT, str(PEER_DIR), str(Path(__file__).parent)],
+                       capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if "unavailable" in got:
+        pytest.skip(f"the vLLM peer cannot load here: {got['unavailable']}")
+    return got
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_vllm_call_sites_behave_as_on_vllm(name):
+    fn, expected = SCENARIOS[name]
+    assert _comparable(name, fn(MessageQueue)) == expected
+
+
+@pytest.mark.timeout(300)
+def test_the_expectations_are_vllms_own(vllm_behaviour):
+    """EXPECTED is what vLLM 0.33's real class gives (so the test above compares with vLLM, not
+    with what ringcast happened to do)."""
+    wrong = {n: vllm_behaviour[n] for n, (_fn, exp) in SCENARIOS.items() if vllm_behaviour[n] != exp}
+    assert not wrong, f"vLLM 0.33 gives other results than EXPECTED: {wrong}"
+    assert vllm_behaviour["warning_interval"] == 7
+
+
+def test_long_wait_log_is_vllms_line_at_vllms_level(caplog, vllm_behaviour):
+    """The long-wait line starts with vLLM's own LONG_WAIT_TIME_LOG_MSG (read from vLLM's
+    source), formatted with the interval, logged at INFO as vLLM logs it."""
+    from ringcast.roles import Side
+    from ringcast.waiting import WaitPolicy
+
+    side = Side("writer", WaitPolicy(warn_interval=7.0), None, [False])
+    caplog.set_level(logging.DEBUG, logger="ringcast")
+    side.log_long_wait(7.5, "slot 0")
+    side.log_long_wait(8.0, "slot 0")  # not yet 7 s after the last line
+    [rec] = [r for r in caplog.records if r.name == "ringcast"]
+    assert rec.levelno == logging.INFO
+    assert rec.getMessage().startswith(vllm_behaviour["long_wait_log"] % 7 + " [ringcast writer")
+
+
+def test_vllm_warning_interval_variable_is_warn_intervals_default(monkeypatch):
+    monkeypatch.setenv("VLLM_RINGBUFFER_WARNING_INTERVAL", "7")
+    w = MessageQueue(1, 1, None, 4096, 2)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    explicit = MessageQueue(1, 1, None, 4096, 2, warn_interval=3.0)
+    try:
+        assert (w.policy.warn_interval, r.policy.warn_interval, explicit.policy.warn_interval) == (7.0, 7.0, 3.0)
+        monkeypatch.setenv("VLLM_RINGBUFFER_WARNING_INTERVAL", "soon")
+        with pytest.raises(ValueError, match="VLLM_RINGBUFFER_WARNING_INTERVAL='soon'"):
+            MessageQueue(1, 1, None, 4096, 2)
+        monkeypatch.delenv("VLLM_RINGBUFFER_WARNING_INTERVAL")
+        with MessageQueue(1, 1, None, 4096, 2) as plain:
+            assert plain.policy.warn_interval == 60.0  # vLLM's default too
+    finally:
+        _close_all(explicit, r, w)
+
+
+def test_timeouts_refuse_what_is_not_a_number():
+    w, r = _pair()
+    try:
+        for bad, exc in (("1", TypeError), (True, TypeError), (float("nan"), ValueError)):
+            with pytest.raises(exc, match="timeout"):
+                r.dequeue(timeout=bad)
+        w.enqueue("x", timeout=float("inf"))  # inf: no limit, as None
+        assert r.dequeue(timeout=float("inf")) == "x"
+    finally:
+        _close_all(r, w)
+
+
+def test_an_unattachable_arena_is_tolerated_as_vllm_tolerates_it(caplog):
+    """vLLM's test_create_from_handle_tolerates_arena_attach_failure: a reader whose handle names
+    an arena it cannot attach still joins (logged) and receives every message that does not use
+    the arena."""
+    import dataclasses
+
+    w = MessageQueue(1, 1, None, 1 << 16, 4, tensor_arena_bytes=4 * MIB, tensor_arena_slots=2)
+    bogus = ("memfd/1/2/3/4/" + "0" * 32, 1, 2, 2 * MIB)  # pid 1 did not create it
+    h = dataclasses.replace(w.export_handle(), tensor_arena=bogus)
+    assert h.tensor_arena_handle == bogus
+    caplog.set_level(logging.WARNING, logger="ringcast")
+    r = MessageQueue.create_from_handle(h, 0)
+    try:
+        assert r.tensor_arena is None
+        assert any("joins without the tensor arena" in rec.getMessage() for rec in caplog.records)
+        _ready(w, r)
+        w.enqueue({"small": np.arange(10)})
+        assert r.dequeue(5)["small"].tolist() == list(range(10))
+    finally:
+        _close_all(r, w)
+
+
+def test_handle_aliases_write_through():
+    w = MessageQueue(1, 1, None, 4096, 2)
+    try:
+        h = w.export_handle()
+        assert h.local_notify_addr == h.local_subscribe_addr
+        h.tensor_arena_handle = ("x", 1, 1, 4096)
+        assert h.tensor_arena == ("x", 1, 1, 4096)
+        h.tensor_arena_handle = None
+    finally:
+        w.close()
+
+
+class _Coordinator:
+    """A group whose members are global ranks ``ranks`` (vLLM's ``GroupCoordinator.ranks``) over
+    a group of threads."""
+
+    def __init__(self, g, ranks) -> None:
+        self.g, self.ranks, self.rank, self.world_size = g, ranks, g.rank, g.world_size
+
+    def broadcast_obj(self, obj, src):
+        return self.g.broadcast_obj(obj, src)
+
+    def all_gather_obj(self, obj):
+        return self.g.all_gather_obj(obj)
+
+
+@pytest.mark.timeout(90)
+def test_single_reader_takes_the_global_rank_as_vllms_group_coordinator_passes_it():
+    """GroupCoordinator.create_single_reader_mq_broadcasters(reader_rank_in_group=0) passes
+    ``reader_rank=self.ranks[0]``: on a subgroup of global ranks [1, 2] that is 1, group rank 0."""
+
+    def member(g):
+        c = _Coordinator(g, [1, 2])
+        mq, handles = MessageQueue.create_from_process_group_single_reader(c, 4096, 4, reader_rank=c.ranks[0])
+        try:
+            return len(handles)
+        finally:
+            g.all_gather_obj(None)
+            mq.close()
+
+    assert run_group(2, member) == [2, 0]  # group rank 0 (global 1) gets every member's handle
+
+    def wrong(g):
+        c = _Coordinator(g, [1, 2])
+        with pytest.raises(ValueError) as e:
+            MessageQueue.create_from_process_group_single_reader(c, 4096, 4, reader_rank=0)
+        return str(e.value)
+
+    msg = run_group(2, wrong)[0]
+    assert "reader_rank=0 is read as a global rank" in msg and "global ranks [1, 2]" in msg and "pass 1" in msg
+
+
+def _two_readers(**kw):
+    w = MessageQueue(2, 2, None, 32 * MIB, 4, **kw)
+    rs = [MessageQueue.create_from_handle(w.export_handle(), i) for i in (0, 1)]
+    _ready_all(w, rs)
+    return w, rs
+
+
+@pytest.mark.timeout(120)
+def test_vllms_arena_gives_private_copies_below_8_mib():
+    """vLLM 0.33 puts only CPU tensors of >= 8 MiB into its arena; below that every reader gets
+    a private, writable copy. ``enable_shm_tensor_arena=True`` must do the same: one reader's
+    in-place write must not show at the other, and a numpy array must arrive writable."""
+    torch = pytest.importorskip("torch")
+    w, rs = _two_readers(enable_shm_tensor_arena=True)
+    try:
+        t = torch.arange(MIB // 2, dtype=torch.float32)  # 2 MiB
+        a = np.arange(MIB // 4, dtype=np.int64)  # 2 MiB
+        w.enqueue({"t": t, "a": a})
+        got = [r.dequeue(10) for r in rs]
+        got[0]["t"][0] = -1.0
+        got[0]["a"][0] = -1  # raises if the array is a read-only view
+        assert got[1]["t"][0].item() == 0.0 and got[1]["a"][0] == 0
+        assert w.statistics().arena_hits == 0
+        big = torch.ones(4 * MIB, dtype=torch.float32)  # 16 MiB: vLLM's arena takes it, ringcast's too
+        w.enqueue(big)
+        views = [r.dequeue(10) for r in rs]
+        assert w.statistics().arena_hits == 1 and all(torch.equal(v, big) for v in views)
+        del views
+        w.enqueue(np.ones(2 * MIB, dtype=np.int64))  # 16 MiB of numpy: vLLM's arena takes tensors only
+        arrays = [r.dequeue(10) for r in rs]
+        arrays[0][0] = -1
+        assert w.statistics().arena_hits == 1 and arrays[1][0] == 1
+    finally:
+        _close_all(*rs, w)
+
+
+@pytest.mark.timeout(120)
+def test_ringcasts_own_arena_still_shares_from_1_mib():
+    """``tensor_arena_bytes=`` (ringcast's documented opt-in): arrays of >= 1 MiB go through the
+    arena and arrive as read-only views."""
+    w, rs = _two_readers(tensor_arena_bytes=16 * MIB, tensor_arena_slots=2)
+    try:
+        w.enqueue(np.arange(MIB // 4, dtype=np.int64))
+        views = [r.dequeue(10) for r in rs]
+        assert w.statistics().arena_hits == 1 and not views[0].flags.writeable
+        del views
+    finally:
+        _close_all(*rs, w)
+
+
+# -- the compatibility chapter and the code agree --------------------------------------------------------
+def _chapter() -> str:
+    text = (ROOT / "docs" / "engine.md").read_text()
+    return text.split("## vLLM 0.33 compatibility", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_chapter_names_every_public_name_parameter_attribute_and_handle_field_of_vllms(vllm_surface):
+    """docs/engine.md's chapter goes name by name: each public method of vLLM 0.33's class, each
+    of their parameters, each public instance attribute and each Handle field (all read from
+    vLLM's source) is named there, so none can be left out of the list of differences."""
+    import re
+
+    chapter = _chapter()
+    named = lambda n: re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", chapter) is not None  # noqa: E731
+    surface = vllm_surface["surface"]
+    missing = [n for n in surface if n != "__init__" and not named(n)]
+    params = {p[0] for d in surface.values() if d["params"] for p in d["params"]} - {"self", "cls"}
+    missing += [f"parameter {p}" for p in sorted(params) if not named(p)]
+    missing += [f"attribute {a}" for a in vllm_surface["attrs"] if not named(a)]
+    missing += [f"Handle.{f}" for f in vllm_surface["handle_fields"] if not named(f)]
+    assert not missing, f"docs/engine.md's vLLM 0.33 chapter does not name {missing}"
+
+
+def test_ringcasts_handle_reads_every_field_of_vllms(vllm_surface):
+    w = MessageQueue(1, 1, None, 4096, 2)
+    try:
+        h = w.export_handle()
+        assert [f for f in vllm_surface["handle_fields"] if not hasattr(h, f)] == []
+    finally:
+        w.close()
+
+
+def test_the_chapters_numbers_are_the_codes():
+    """What the chapter states as values is what the code has."""
+    from ringcast.arena import VLLM_MIN_BYTES
+    from ringcast.compat import WARN_INTERVAL_ENV
+    from ringcast.roles import LONG_WAIT_LOG
+    from ringcast.waiting import DEFAULT_WARN
+
+    chapter = _chapter()
+    assert DEFAULT_ARENA_BYTES == 256 * MIB and "`DEFAULT_ARENA_BYTES` (256 MiB" in chapter
+    assert VLLM_MIN_BYTES == 8 * MIB and "vLLM's threshold: buffers of >= 8 MiB" in chapter
+    assert DEFAULT_WARN == 60 and f"`{WARN_INTERVAL_ENV}` (default 60)" in chapter
+    assert LONG_WAIT_LOG.split(" %d ")[0] in chapter
+    w = MessageQueue(1, 1)
+    try:
+        assert w.buffer.segment.allocated_bytes() <= 8 * 1024 and "(8 KiB at the defaults" in chapter
+    finally:
+        w.close()
+
+
+def child_torch_subgroup_single_reader(rank: int, store: str) -> dict:
+    """Global rank ``rank`` of a 3-rank gloo world: the vLLM-shaped call on the torch subgroup of
+    global ranks [1, 2], reader = ``self.ranks[0]`` = global rank 1, and with a global rank no
+    member has."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=3)
+    try:
+        sub = dist.new_group([1, 2])  # every rank makes it, as torch requires
+        out: dict = {}
+        if rank in (1, 2):
+            mq, handles = MessageQueue.create_from_process_group_single_reader(sub, 4096, 4, reader_rank=1)
+            readers = [MessageQueue.create_from_handle(h, 0) for h in handles]
+            try:
+                ts = [threading.Thread(target=q.wait_until_ready, args=(20,)) for q in readers]
+                for t in ts:
+                    t.start()
+                dist.barrier(group=sub)  # every reader has joined
+                mq.wait_until_ready(20)
+                mq.enqueue(("from", rank))
+                for t in ts:
+                    t.join(20)
+                out["got"] = [q.dequeue(10) for q in readers]
+                dist.barrier(group=sub)
+            finally:
+                for q in readers:
+                    q.close()
+                mq.close()
+            try:
+                MessageQueue.create_from_process_group_single_reader(sub, 4096, 4, reader_rank=0)
+            except ValueError as e:
+                out["error"] = str(e)
+        dist.barrier()
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_single_reader_on_a_torch_subgroup_reads_global_ranks(tmp_path):
+    """The issue's case: on a torch subgroup of global ranks [1, 2], ``reader_rank=1`` (what
+    vLLM's GroupCoordinator passes) made global rank 2 the reader; global rank 1 must be."""
+    pytest.importorskip("torch.distributed")
+    with Children(timeout=200) as ch:
+        for rank in range(3):
+            ch.start(rank, child_torch_subgroup_single_reader, rank, str(tmp_path / "store"))
+        res = ch.wait()
+    assert res[0] == {}
+    assert res[1]["got"] == [("from", 1), ("from", 2)] and res[2]["got"] == []
+    for r in (1, 2):
+        assert "reader_rank=0 is read as a global rank" in res[r]["error"] and "global ranks [1, 2]" in res[r]["error"]

@@ -14,7 +14,9 @@ import cycle exists, imports inside functions included):
   (C extension).
 * :mod:`ringcast.identity` - process identity: a pid with its start time (alive, reused, zombie).
 * :mod:`ringcast.headroom` - how much memory a new segment may take (cgroup and RAM limits).
-* :mod:`ringcast.shm` - creating/attaching shared memory segments.
+* :mod:`ringcast.locator` - where a segment is (the :class:`~ringcast.locator.Locator` a handle
+  carries); pure data.
+* :mod:`ringcast.shm` - creating/attaching shared memory segments; their pages reserved on use.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the cursors ``RingWriter``, ``RingReader``
   (built from a ring over the C steps of ``ringcast._protocol``).
 * :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
@@ -42,6 +44,8 @@ import cycle exists, imports inside functions included):
   a queue over a group, given the queue class (so it imports neither the queue nor the torch half).
 * :mod:`ringcast.lifetime` - what a queue nobody closes releases when it is collected (never
   blocking ``gc.collect()``).
+* :mod:`ringcast.compat` - how the front reads what a vLLM caller passes (timeouts, the
+  long-wait interval's environment variable, an arena that cannot be attached).
 * :mod:`ringcast.queue` - :class:`MessageQueue`, the vLLM-compatible front: it ties the
   endpoint, framing, channel, handshake and roles of one side together; lifetime and shutdown.
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,

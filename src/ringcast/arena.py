@@ -57,14 +57,18 @@ import weakref
 
 from . import steps as _steps
 from .atomics import fence
-from .errors import LayoutError
+from .errors import LayoutError, ShmSpaceError
 from .shm import Segment
 
-__all__ = ["TensorArena", "ArenaWriter", "ArenaReader", "MIN_BYTES", "DEFAULT_SLOTS"]
+__all__ = ["TensorArena", "ArenaWriter", "ArenaReader", "MIN_BYTES", "VLLM_MIN_BYTES", "DEFAULT_SLOTS"]
 
 #: Buffers smaller than this stay in the chunk (copied out by each reader): below ~1 MiB the
 #: finalizer and the slot bookkeeping (~5 us) cost more than the reader's copy saves.
 MIN_BYTES = 1 << 20
+#: vLLM 0.33's threshold (its ``_ARENA_MIN_BYTES``): with ``enable_shm_tensor_arena=True`` only
+#: buffers of at least this many bytes go to the arena, so smaller ones reach every reader as a
+#: private copy, as in vLLM.
+VLLM_MIN_BYTES = 8 << 20
 DEFAULT_SLOTS = 8
 _MAGIC = b"RCARENA1"
 _HEAD = struct.Struct("<8sIIQ")  # magic, n_reader, n_slots, slot_bytes
@@ -97,6 +101,12 @@ class TensorArena:
                              "give at least slots x the largest tensor to share, or 0 for no arena")
         slot_bytes = total_bytes // n_slots // _PAGE * _PAGE
         seg = Segment.create(cls.size(n_reader, n_slots, slot_bytes), kind=kind)
+        try:
+            seg.reserve(0, cls._data_offset(n_reader, n_slots), "the tensor arena's header and flags")  # slots: on use
+        except BaseException:
+            seg.close()
+            seg.unlink()
+            raise
         _HEAD.pack_into(seg.buf, 0, _MAGIC, n_reader, n_slots, slot_bytes)
         return cls(seg, n_reader, n_slots, slot_bytes)
 
@@ -143,14 +153,18 @@ class ArenaWriter:
     (buffers placed), ``fallbacks`` (large enough, but no free slot or larger than a slot: sent
     the normal way), ``reclaimed`` (dead readers' flags set)."""
 
-    def __init__(self, arena: TensorArena, live_readers, dead_readers, min_bytes: int = MIN_BYTES) -> None:
+    def __init__(self, arena: TensorArena, live_readers, dead_readers, min_bytes: int = MIN_BYTES, *,
+                 tensors_only: bool = False) -> None:
         self.arena = arena
+        #: vLLM's arena: only CPU tensors' buffers (numpy arrays and other buffers go the normal way)
+        self.tensors_only = tensors_only
         self.live_readers = live_readers
         self.dead_readers = dead_readers
         self.min_bytes = min_bytes
         self.next = 0
         self.hits = self.fallbacks = self.reclaimed = 0
         self._released = b"\x01" * arena.n_reader
+        self.reserved = [0] * arena.n_slots  # bytes reserved at the start of each slot (_reserve)
 
     def place(self, bufs: list, sizes: list) -> list | None:
         """Each buffer's slot (-1: not placed), or None if none was placed."""
@@ -158,9 +172,11 @@ class ArenaWriter:
         taken: list = []
         try:
             for k, n in enumerate(sizes):
-                if n < self.min_bytes:
+                if n < self.min_bytes or (self.tensors_only and not _of_a_tensor(bufs[k])):
                     continue
                 s = self._find_free(taken) if n <= self.arena.slot_bytes else -1
+                if s >= 0 and not self._reserve(s, n):
+                    s = -1
                 if s < 0:
                     self._arena_fallback()
                     continue
@@ -178,6 +194,21 @@ class ArenaWriter:
             self.unplace(slots or [])
             raise
         return slots
+
+    def _reserve(self, s: int, n: int) -> bool:
+        """Reserve the first ``n`` bytes of slot ``s`` before they are written (memory on use,
+        :mod:`ringcast.shm`; growing at least twofold); False when the pages cannot be had: the
+        buffer then goes the normal way, like one that finds no free slot."""
+        have = self.reserved[s]
+        if n <= have:
+            return True
+        want = min(self.arena.slot_bytes, max(-(-n // _PAGE) * _PAGE, 2 * have))
+        try:
+            self.arena.seg.reserve(self.arena.data(s) + have, want - have, f"slot {s} of the tensor arena")
+        except ShmSpaceError:
+            return False
+        self.reserved[s] = want
+        return True
 
     def unplace(self, slots: list) -> None:
         """The message naming ``slots`` was not published: no reader can hold them; free them."""
@@ -333,18 +364,28 @@ class ArenaReader:
                 a.close()
 
 
+def _of_a_tensor(buf) -> bool:
+    """Whether an out-of-band buffer holds a CPU tensor's bytes: :mod:`ringcast.pickling` sends
+    a tensor as a ``PickleBuffer`` of ``tensor.numpy()``, an array whose ``base`` is the tensor
+    (a numpy array's own buffer has an array or None there). No torch import."""
+    base = getattr(getattr(buf, "obj", None), "base", None)
+    return type(base).__name__ == "Tensor" and type(base).__module__.startswith("torch")
+
+
 def _release(reader: ArenaReader, s: int) -> None:
     reader._arena_release(s)
 
 
-def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str) -> ArenaWriter:
+def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str, min_bytes: int = MIN_BYTES,
+                 tensors_only: bool = False) -> ArenaWriter:
     """The queue writer's arena: one flag per local reader of ``ring``; the flags of readers the
-    endpoint has evicted are not cleared, and dead holders are found through the ring's table."""
+    endpoint has evicted are not cleared, and dead holders are found through the ring's table.
+    Buffers of at least ``min_bytes`` go into it (``tensors_only``: CPU tensors' only, as vLLM's)."""
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes < 0:
         raise ValueError(f"tensor_arena_bytes must be an int >= 0 (0: no arena), got {total_bytes!r}")
     arena = TensorArena.create(ring.n_reader, total_bytes, n_slots, kind)
     cursor = endpoint.cursor
-    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers)
+    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers, min_bytes, tensors_only=tensors_only)
 
 
 def reader_arena(handle, r: int) -> ArenaReader | None:

@@ -39,7 +39,11 @@ class RingTimeoutError(RingcastError, TimeoutError):
 
 class Cancelled(RingcastError, RuntimeError):
     """``shutdown()`` was called (possibly from another thread) while this side was waiting, or
-    before it started. A ``RuntimeError``, as vLLM's ``RuntimeError("cancelled")``."""
+    before it started. A ``RuntimeError``, as vLLM's ``RuntimeError("cancelled")``, and its text
+    starts with "cancelled" wherever it is raised (vLLM's tests match on that word)."""
+
+    def __str__(self) -> str:
+        return "cancelled: " + super().__str__()
 
 
 class ClosedError(RingcastError, RuntimeError):

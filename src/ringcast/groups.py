@@ -6,7 +6,9 @@ A *group* is any object of the :class:`ObjectGroup` shape: its ``rank`` and ``wo
 ``broadcast_obj(obj, src)`` (``src`` is a group rank; every member returns the source's object)
 and ``all_gather_obj(obj)`` (every member returns the list of every member's object, in rank
 order). vLLM's ``StatelessProcessGroup`` (a torch-free group over a TCP store) has exactly that
-shape. A ``torch.distributed`` process group is adapted by :class:`TorchObjectGroup` (torch is
+shape. An optional ``ranks`` attribute lists the members' global ranks in group rank order (as
+vLLM's ``GroupCoordinator.ranks``); :func:`global_ranks` reads it, for
+:func:`queues_to_one_reader`, whose ``reader_rank`` is a global rank as in vLLM. A ``torch.distributed`` process group is adapted by :class:`TorchObjectGroup` (torch is
 imported only then); ``None`` means torch's default (world) group.
 
 This module imports neither the queue nor ``ringcast.torch``: :func:`queue_from_group` is given
@@ -25,7 +27,7 @@ from .errors import RingcastError
 from .shm import Segment, can_attach
 
 __all__ = ["ObjectGroup", "TorchObjectGroup", "as_object_group", "queue_from_group", "queues_to_one_reader", "queue_for",
-           "writer_rank_of", "check_writer_rank", "split_options"]
+           "writer_rank_of", "check_writer_rank", "split_options", "global_ranks", "reader_group_rank"]
 
 logger = logging.getLogger("ringcast")
 
@@ -333,17 +335,56 @@ def queue_from_group(
     return mq
 
 
+def global_ranks(group) -> list[int]:
+    """The global rank of each member of ``group`` (an :class:`ObjectGroup`, as
+    :func:`as_object_group` returns it), in group rank order: a torch group's, translated by
+    torch; a duck-typed group's ``ranks`` attribute where it has one (vLLM's
+    ``GroupCoordinator.ranks``); else the group ranks themselves (as vLLM reads a
+    ``StatelessProcessGroup``)."""
+    world = group.world_size
+    if isinstance(group, TorchObjectGroup):
+        return [group.global_rank(r) for r in range(world)]
+    ranks = getattr(group.group if isinstance(group, _Adapted) else group, "ranks", None)
+    if isinstance(ranks, (list, tuple)) and len(ranks) == world and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        return list(ranks)
+    return list(range(world))
+
+
+def reader_group_rank(group, reader_rank) -> int:
+    """The group rank of global rank ``reader_rank`` (vLLM's
+    ``create_from_process_group_single_reader`` takes a global rank, and vLLM's
+    ``GroupCoordinator`` passes ``self.ranks[i]``); ValueError naming both numberings when no
+    member has that global rank."""
+    ranks = global_ranks(group)
+    if isinstance(reader_rank, bool) or not isinstance(reader_rank, int):
+        raise ValueError(f"reader_rank must be the reader's global rank (an int), got {reader_rank!r}")
+    if reader_rank in ranks:
+        return ranks.index(reader_rank)
+    hint = (f"; group rank {reader_rank} is global rank {ranks[reader_rank]}: pass {ranks[reader_rank]}"
+            if 0 <= reader_rank < len(ranks) else "")
+    raise ValueError(
+        f"reader_rank={reader_rank} is read as a global rank, as vLLM reads it, but no member of this group has global "
+        f"rank {reader_rank}: its members (group ranks 0..{len(ranks) - 1}) are global ranks {ranks}{hint}"
+    )
+
+
 def queues_to_one_reader(queue_cls, group, max_chunk_bytes: int, max_chunks: int, reader_rank: int = 0, blocking: bool = False, *,
                          connect_ip: str | None = None, timeout: float | None = None, force_remote: bool = False, **kwargs):
-    """Collective over ``group``: every member (``reader_rank`` too) creates a one-reader
-    ``queue_cls`` whose reader is to be group rank ``reader_rank``: local where that member can
-    attach to shared memory the reader makes (the probe of :func:`queue_from_group`), else over
-    TCP to ``connect_ip``. Returns ``(this member's writer, every member's handle in group rank
-    order)`` on ``reader_rank`` and ``(writer, [])`` elsewhere; the reader joins each with
-    ``create_from_handle(handle, 0)``. ``blocking=True`` runs ``wait_until_ready(timeout)``
-    before returning, which waits for the reader to have joined: the reader must join from
-    another thread (as in vLLM, whose ``create_from_process_group_single_reader`` this is)."""
+    """Collective over ``group``: every member (the reader too) creates a one-reader
+    ``queue_cls`` whose reader is to be the member of *global* rank ``reader_rank`` (vLLM's
+    meaning: its ``GroupCoordinator`` passes ``self.ranks[i]``; :func:`global_ranks` says how
+    a group's global ranks are read, and an error names both numberings when none matches):
+    local where that member can attach to shared memory the reader makes (the probe of
+    :func:`queue_from_group`), else over TCP to ``connect_ip``. Returns ``(this member's
+    writer, every member's handle in group rank order)`` on the reader and ``(writer, [])``
+    elsewhere; the reader joins each with ``create_from_handle(handle, 0)`` (or ``-1``, as
+    vLLM's executor does, for a handle whose reader is remote). ``blocking=True`` runs
+    ``wait_until_ready(timeout)`` before returning, which waits for the reader to have joined:
+    the reader must join from another thread (as in vLLM, whose
+    ``create_from_process_group_single_reader`` this is)."""
     g = as_object_group(group)
+    if g.rank >= 0:
+        reader_rank = reader_group_rank(g, reader_rank)
     rank, _world = _check_group(g, reader_rank, "reader_rank")
     writer_kw, _reader_kw = split_options(queue_cls, kwargs)
     local = _who_sees(g, reader_rank, writer_kw.get("segment_kind", "auto"), force_remote)[rank]

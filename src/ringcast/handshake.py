@@ -45,6 +45,25 @@ class Handle:
     tensor_arena: tuple | None = None
     version: int = HANDLE_VERSION
 
+    # vLLM 0.33's names for two of its fields (attributes, not dataclass fields: ``Handle(...)``
+    # and ``dataclasses.replace`` take ringcast's names; docs/engine.md, "vLLM 0.33 compatibility").
+    @property
+    def tensor_arena_handle(self) -> tuple | None:
+        """vLLM's name of :attr:`tensor_arena` (read and written through; the tuple is ringcast's
+        ``(locator, n_reader, n_slots, slot_bytes)``, not vLLM's ``(n_reader, slot_bytes, n_slots, name)``)."""
+        return self.tensor_arena
+
+    @tensor_arena_handle.setter
+    def tensor_arena_handle(self, value: tuple | None) -> None:
+        self.tensor_arena = value
+
+    @property
+    def local_notify_addr(self) -> str | None:
+        """vLLM's wake-up socket address. ringcast wakes readers through futex words in the ring,
+        not a socket; this is :attr:`local_subscribe_addr` (None exactly when vLLM's is: no local
+        readers), the socket a local reader joins and receives overflow payloads on."""
+        return self.local_subscribe_addr
+
 
 def _bad_field(h: Handle) -> str | None:
     """The first field of ``h`` that no writer's handle can have, or None. Nothing here reads
@@ -85,8 +104,8 @@ def check_handle(handle, rank) -> None:
         raise HandleError(
             f"handle version {handle.version} != {HANDLE_VERSION}: writer and readers must run the same ringcast release"
         )
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise HandleError(f"rank must be a non-negative int, got {rank!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise HandleError(f"rank must be an int, got {type(rank).__name__} {rank!r}")
     if not isinstance(handle.topic, bytes) or len(handle.topic) != TOPIC_BYTES:
         raise HandleError(
             f"the handle's subscription secret must be {TOPIC_BYTES} bytes, got {handle.topic!r}: use the handle "
@@ -103,7 +122,9 @@ def check_handle(handle, rank) -> None:
 
 def reader_role(handle: Handle, rank: int) -> int | None:
     """The local reader index of ``rank`` in ``handle``, or None for a remote reader (else
-    :class:`HandleError`: the rank is no reader of this queue, or the handle lacks a channel)."""
+    :class:`HandleError`: the rank is no reader of this queue, or the handle lacks a channel).
+    As in vLLM, a rank the handle's ``local_reader_ranks`` do not name joins as a remote reader:
+    vLLM's executor joins its peers' response queues with ``create_from_handle(handle, -1)``."""
     n_remote = handle.n_reader - len(handle.local_reader_ranks)
     if rank in handle.local_reader_ranks:
         if handle.buffer_handle is None or handle.local_subscribe_addr is None:
@@ -115,8 +136,9 @@ def reader_role(handle: Handle, rank: int) -> int | None:
         return None
     raise HandleError(
         f"rank {rank} is not a reader of this queue: its local readers are ranks "
-        f"{handle.local_reader_ranks} and it has no remote readers; pass the rank this process "
-        "was given in local_reader_ranks"
+        f"{handle.local_reader_ranks} and it has no remote readers (a rank that is not a local "
+        "reader's, -1 too, joins as a remote reader); pass the rank this process was given in "
+        "local_reader_ranks"
     )
 
 

@@ -6,18 +6,11 @@ and attribute of it, with its meaning (docs/engine.md, "vLLM 0.33 compatibility"
 tests/test_vllm_compat.py compares the signatures). Adds ``close``, ``statistics``, precise
 errors, and parking of idle waiters (:mod:`ringcast.waiting`).
 
-What it delegates, and where a newcomer finds it:
-
-* the protocol, one message at a time: :mod:`ringcast.endpoint` (a :class:`WriterEndpoint` or
-  :class:`ReaderEndpoint` per local side: claim, payload, overflow pairing, publish, waiting);
-* the bytes of a message (markers, pickle, out-of-band buffers): :mod:`ringcast.framing`;
-* the sockets (overflow ipc socket, remote readers' TCP socket, CurveZMQ): :mod:`ringcast.channel`;
-* the handle and the READY handshake: :mod:`ringcast.handshake`.
-
-* what a side reports while it waits (the endpoint's observer: overflow sends and receives,
-  timeouts' messages, dead peers, the long-wait log) and what a queue says about itself
-  (role, statistics): :mod:`ringcast.roles`;
-* collection without ``close()``: :mod:`ringcast.lifetime`.
+What it delegates: the protocol, one message at a time, to :mod:`ringcast.endpoint`; the bytes
+of a message to :mod:`ringcast.framing`; the sockets to :mod:`ringcast.channel`; the handle and
+the READY handshake to :mod:`ringcast.handshake`; what a side reports while it waits and what a
+queue says about itself to :mod:`ringcast.roles`; the ring's pages to :mod:`ringcast.pages`;
+collection without ``close()`` to :mod:`ringcast.lifetime`.
 
 What stays here is building the side (writer, local reader, remote reader) out of those parts,
 the remote readers' sends and receives, counting messages, and ``shutdown`` / ``close``.
@@ -32,15 +25,17 @@ from contextlib import contextmanager, nullcontext
 import zmq
 
 from . import channel
-from .arena import DEFAULT_SLOTS, reader_arena, writer_arena
+from .arena import DEFAULT_SLOTS, MIN_BYTES as ARENA_MIN_BYTES, VLLM_MIN_BYTES, reader_arena, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
+from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
 from .framing import MARK_INLINE, Outbox, Pending, Pickler, Unpickler, frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
+from .pages import RingPages
 from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
-from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
+from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Counters, WaitPolicy
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
@@ -49,11 +44,10 @@ _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: IntFlag arith
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 #: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
-#: batches (1024 requests)"); ring = max_chunks of them, pages reserved at construction.
+#: batches (1024 requests)"); ring = max_chunks of them, pages reserved as messages need them.
 DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
 #: The arena ``enable_shm_tensor_arena=True`` makes when ``tensor_arena_bytes`` is not given: 8
-#: slots of 32 MiB. vLLM maps 8 x 256 MiB lazily; ringcast reserves the pages up front (a short
-#: machine fails at construction, never with SIGBUS later), so it takes less by default.
+#: slots of 32 MiB (vLLM: 8 x 256 MiB). Its pages are reserved as buffers need them, as the ring's.
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 
 
@@ -72,14 +66,16 @@ class MessageQueue(QueueRole):
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
     for good, spec model ``evict_correct``) and the others go on. Remote readers (TCP) are
     authenticated and encrypted with CurveZMQ, keys in the handle; ``remote_insecure=True`` turns
-    encryption off (cleartext, authenticated by the handle's secret only, logged as a warning;
-    docs/reliability.md). ``segment_kind`` ("auto", "memfd"
-    or "posix") picks the shared-memory segment: "auto" is an anonymous memfd segment on Linux
-    (no name in /dev/shm, not limited by its size, freed when the last process holding it dies),
-    else a named POSIX one. ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in
-    ``tensor_arena_slots`` slots: contiguous numpy arrays and CPU tensors of >= 1 MiB reach local
-    readers as shared read-only views (:mod:`ringcast.arena`, docs/performance.md);
-    ``enable_shm_tensor_arena=True`` (vLLM's spelling) means ``DEFAULT_ARENA_BYTES``.
+    encryption off (cleartext; both ends still authenticated with the handle's secret, logged as
+    a warning; docs/reliability.md). ``segment_kind`` ("auto", "memfd" or "posix") picks the
+    shared-memory segment: "auto" is an anonymous memfd segment on Linux (no name in /dev/shm, not
+    limited by its size, freed when the last process holding it dies), else a named POSIX one.
+    ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in ``tensor_arena_slots``
+    slots, ringcast's opt-in sharing mode: contiguous numpy arrays and CPU tensors of >= 1 MiB
+    reach local readers as views shared by every local reader (numpy's read-only;
+    :mod:`ringcast.arena`, docs/performance.md). ``enable_shm_tensor_arena=True`` (vLLM's
+    spelling) means ``DEFAULT_ARENA_BYTES`` with vLLM's threshold, 8 MiB: smaller buffers reach
+    each reader as a private copy, as in vLLM (docs/engine.md, "vLLM 0.33 compatibility").
     """
 
     # Safe class-level defaults so close() works on a half-built object.
@@ -93,6 +89,7 @@ class MessageQueue(QueueRole):
     _busy = 0  # operations in progress (enqueue, dequeue, acquire_*, wait_until_ready)
     _auth = None
     _finalizer = None  # lifetime.release_on_collect's, once construction succeeded
+    _pages: RingPages | None = None  # writer: the ring's pages, reserved on use
 
     def __init__(
         self,
@@ -106,7 +103,7 @@ class MessageQueue(QueueRole):
         *,
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
-        warn_interval: float = DEFAULT_WARN,
+        warn_interval: float | None = None,
         remote_insecure: bool = False,
         evict_dead_readers: bool = False,
         segment_kind: str = "auto",
@@ -117,7 +114,7 @@ class MessageQueue(QueueRole):
         channel.check_fd_headroom()
         if n_reader > n_local_reader:
             channel.check_remote_security(remote_insecure)
-        self._init_common(wait_policy(spin, recheck_interval, warn_interval, n_local_reader))
+        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), n_local_reader))
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
         self.n_remote_reader = n_reader - n_local_reader
@@ -132,15 +129,17 @@ class MessageQueue(QueueRole):
             ipv6 = False
             if n_local_reader > 0:
                 self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
+                self._pages = RingPages(self.buffer)
                 self.buffer.register_writer()
                 local_addr, self._ipc_path = channel.local_address()
                 self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
                 self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
                                                      observer=self._side, evict_dead_readers=evict_dead_readers)
-                if enable_shm_tensor_arena and not tensor_arena_bytes:
-                    tensor_arena_bytes = DEFAULT_ARENA_BYTES
+                vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
+                tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
                 if tensor_arena_bytes:
-                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind)
+                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
+                                               VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
             curve_keys = None
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
@@ -190,7 +189,7 @@ class MessageQueue(QueueRole):
         *,
         spin: float = DEFAULT_SPIN,
         recheck_interval: float = DEFAULT_RECHECK,
-        warn_interval: float = DEFAULT_WARN,
+        warn_interval: float | None = None,
         allowed_classes=None,
     ) -> "MessageQueue":
         """Join as reader ``rank``. ``allowed_classes``: None trusts the writer fully (pickle); an
@@ -199,7 +198,7 @@ class MessageQueue(QueueRole):
         check_handle(handle, rank)
         channel.check_fd_headroom()
         self = object.__new__(MessageQueue)
-        self._init_common(wait_policy(spin, recheck_interval, warn_interval, len(handle.local_reader_ranks)))
+        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")
@@ -223,7 +222,7 @@ class MessageQueue(QueueRole):
                 # that every local reader has attached, and may unlink the name after that.
                 self.buffer = ShmRingBuffer(*handle.buffer_handle)
                 self.buffer.register_reader(local)
-                self._unpickler.arena = reader_arena(handle, local)
+                self._unpickler.arena = attach_arena(reader_arena, handle, local, self._role())
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
                 self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
@@ -259,8 +258,9 @@ class MessageQueue(QueueRole):
     def create_from_process_group_single_reader(pg, max_chunk_bytes: int, max_chunks: int, reader_rank: int = 0, blocking: bool = False,
                                                 **kwargs) -> tuple["MessageQueue", list[Handle]]:
         """vLLM's spelling of :func:`ringcast.groups.queues_to_one_reader`: every member writes a
-        one-reader queue read by group rank ``reader_rank``; returns ``(this member's writer, every
-        member's handle in rank order on the reader, [] elsewhere)``."""
+        one-reader queue read by the member of *global* rank ``reader_rank`` (as in vLLM, whose
+        ``GroupCoordinator`` passes ``self.ranks[i]``); returns ``(this member's writer, every
+        member's handle in group rank order on the reader, [] elsewhere)``."""
         from .groups import queues_to_one_reader
 
         return queues_to_one_reader(MessageQueue, pg, max_chunk_bytes, max_chunks, reader_rank, blocking, **kwargs)
@@ -271,9 +271,9 @@ class MessageQueue(QueueRole):
         After it, the writer unlinks the segment and removes the local socket file: every local
         reader has attached and connected, so neither can leak."""
         with self._in_use():
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_open()
-            deadline = None if timeout is None else time.monotonic() + timeout
+            deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
 
             def recv(sock, what):
                 return self._side.recv_frames(sock, deadline, what, timeout)
@@ -299,15 +299,17 @@ class MessageQueue(QueueRole):
             if self._closed or not self._is_writer:
                 self._check_writer("enqueue")
             if timeout is not None:
-                timeout = check_timeout(timeout)
+                timeout = as_timeout(timeout)
             if self._cancelled[0]:
                 self._check_cancelled("enqueue")
             parts, main_len, bufs, size = self._pickler.dump(obj)
             self._outbox.seq += 1
-            if self._remote_owed is not None:  # an exception cut the last remote send short: finish it first
-                self._send_remote()
+            if self._remote_owed is not None:
+                self._send_remote()  # an exception cut the last remote send short: finish it first
             ep = self._endpoint
             if not self.n_remote_reader and not bufs and main_len < self.buffer.max_chunk_bytes:
+                if main_len >= self._pages.floor:  # every chunk has floor bytes reserved
+                    self._pages.reserve_next(ep, main_len + 1)
                 ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
             else:
                 self._publish_and_send(ep, parts, main_len, bufs, size, timeout)
@@ -321,10 +323,8 @@ class MessageQueue(QueueRole):
         is owed (``_remote_owed``) from before the publish: a message dropped unpublished cancels
         it (``Pending.drop``, with its arena slots), one published keeps it owed and the next
         ``enqueue`` sends it first: remote readers get what local ones get (issue 37 point 5)."""
-        overflow = None
-        arena = self._arena
+        overflow, arena, entered = None, self._arena, False
         msg = Pending(arena)
-        entered = False
         try:
             if ep is None:
                 chunk = None
@@ -333,6 +333,8 @@ class MessageQueue(QueueRole):
             else:
                 chunk, overflow = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._outbox,
                                         None if arena is None else msg)
+            if ep is not None and (n := sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk)) > self._pages.floor:
+                self._pages.reserve_next(ep, n)  # ShmSpaceError: dropped below, its arena slots given back
             if self.n_remote_reader:
                 msg.wire = overflow if overflow is not None else self._outbox.frames(parts, main_len, bufs, size)
                 self._remote_owed = msg
@@ -364,8 +366,9 @@ class MessageQueue(QueueRole):
             self._check_writer("acquire_write")
             if self.buffer is None:
                 raise RoleError("acquire_write() needs local readers; this queue has only remote readers")
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_cancelled("acquire_write")
+            self._pages.reserve_next(self._endpoint, self.buffer.max_chunk_bytes)  # the caller may write anywhere
             with self._endpoint.write_chunk(timeout) as view:
                 yield view
 
@@ -380,7 +383,10 @@ class MessageQueue(QueueRole):
         try:
             if self._closed or self._is_writer:
                 self._check_reader("dequeue")
-            deadline = None if timeout is None else time.monotonic() + check_timeout(timeout)
+            deadline = None
+            if timeout is not None:
+                timeout = as_timeout(timeout)
+                deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
             if self._cancelled[0]:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
@@ -416,7 +422,7 @@ class MessageQueue(QueueRole):
             self._check_reader("acquire_read")
             if not self._is_local_reader:
                 raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")
-            timeout = check_timeout(timeout)
+            timeout = as_timeout(timeout)
             self._check_cancelled("acquire_read")
             with self._endpoint.read_chunk(timeout) as view:
                 yield view
@@ -425,7 +431,8 @@ class MessageQueue(QueueRole):
     def recv(socket, timeout: float | None):
         """vLLM's helper: the next message of ``socket`` (a ringcast queue's socket), unpickled;
         ``RingTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds."""
-        if not socket.poll(None if timeout is None else max(0, int(check_timeout(timeout) * 1000))):
+        timeout = as_timeout(timeout)
+        if not socket.poll(None if timeout is None else int(timeout * 1000)):
             raise RingTimeoutError(f"no message on {socket!r} within timeout={timeout}s")
         return Unpickler().from_wire(socket.recv_multipart(copy=False))
 

@@ -29,6 +29,14 @@ __all__ = ["Role", "QueueRole", "QueueStatistics", "Side", "WriterSide", "Reader
 
 logger = logging.getLogger("ringcast")
 
+#: The long-wait log line: vLLM 0.33's ``LONG_WAIT_TIME_LOG_MSG`` (its interval in whole seconds),
+#: then ringcast's detail. Logged at INFO, as vLLM logs it.
+LONG_WAIT_LOG = (
+    "No available shared memory broadcast block found in %d seconds. This typically happens when some processes "
+    "are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization). "
+    "[ringcast %s (pid %d) still waiting after %.1fs: %s]"
+)
+
 
 class Role(str, Enum):
     """The part one MessageQueue object plays (``MessageQueue.role``); its value is the name
@@ -138,9 +146,11 @@ class Side(Observer):
             self.quiet = was
 
     def log_long_wait(self, waited: float, detail: str) -> None:
+        """vLLM's long-wait line, at vLLM's level (INFO), every ``warn_interval`` seconds of one
+        wait, followed by ringcast's detail (who waits, how long, for what)."""
         if not self.quiet and waited >= self.warned_at + self.policy.warn_interval:
             self.warned_at = waited
-            logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self.role, os.getpid(), waited, detail)
+            logger.info(LONG_WAIT_LOG, self.policy.warn_interval, self.role, os.getpid(), waited, detail)
 
     def check_cancelled(self, what: str) -> None:
         if self.cancelled[0]:

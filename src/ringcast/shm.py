@@ -17,8 +17,14 @@
   Here only the creator registers (a SIGKILLed creator's tracker removes the name).
 ``"auto"``: memfd where :func:`memfd_available`, else posix.
 
-Both reserve their pages with ``posix_fallocate``: too little memory (or room in /dev/shm) is a
-:class:`ShmSpaceError` at creation, never a SIGBUS on first touch.
+Memory on use: creating a segment checks that the whole of it would fit (memfd: the memory
+cgroups and MemAvailable, :func:`memory_headroom`; posix: the free space of /dev/shm), sizes the
+file without allocating it and reserves only its first page (where every ringcast layout keeps
+its header). The creator reserves the rest with :meth:`Segment.reserve` (``posix_fallocate``)
+before anything touches it: too little memory (or room in /dev/shm) is then a
+:class:`ShmSpaceError` naming the numbers, never a SIGBUS on first touch. Creating costs
+microseconds and no memory; a queue's pages come as its messages need them
+(:mod:`ringcast.queue`).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import secrets
 import stat
 import sys
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .errors import HandleError, ShmSpaceError
 from .headroom import fmt_bytes, memory_error, memory_headroom
 from .identity import creator_problem, process_alive, process_start_time
+from .locator import TOKEN_BYTES, Locator, is_int
 
 try:
     import _posixshmem
@@ -60,8 +67,6 @@ SHM_DIR = "/dev/shm"
 NAME_PREFIX = "ringcast_"
 KINDS = ("auto", "memfd", "posix")
 MEMFD_NAME = "ringcast"  # what /proc/PID/fd/FD links to: "/memfd:ringcast (deleted)"
-NAME_MAX = 255  # bytes in a file name (a posix segment is a file in SHM_DIR)
-TOKEN_BYTES = 16  # 128 random bits at file offset `size`, past the mapped bytes
 _MFD_NOEXEC_SEAL = getattr(os, "MFD_NOEXEC_SEAL", 0x0008)  # Linux 6.3+: never executable
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 
@@ -89,78 +94,6 @@ def _space_error(size: int, free: int | None, shm_dir: str) -> ShmSpaceError:
     )
 
 
-# -- locators -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Locator:
-    """Everything a peer needs to attach, small and picklable. ``str(loc)`` is a one-line form that
-    :meth:`parse` reads back: the plain name for ``posix`` (what vLLM-style handles carry), and
-    ``memfd/<pid>/<start>/<fd>/<size>/<token>`` for ``memfd`` (a '/' no POSIX name may contain)."""
-
-    kind: str  # "memfd" or "posix"
-    size: int = 0  # bytes mapped; 0 for a posix name of unknown size
-    name: str = ""  # posix only
-    pid: int = 0  # memfd: the creator's pid and start time (clock ticks since boot, 0 = unknown)
-    start: int = 0
-    fd: int = -1  # memfd: the creator's descriptor
-    token: str = ""  # memfd: 32 hex digits, also written at file offset `size`
-
-    def __str__(self) -> str:
-        if self.kind == "posix":
-            return self.name
-        return f"memfd/{self.pid}/{self.start}/{self.fd}/{self.size}/{self.token}"
-
-    @classmethod
-    def parse(cls, text) -> "Locator":
-        """A locator from its string form (a bare name is a posix segment); HandleError if malformed."""
-        if isinstance(text, Locator):
-            return text.checked()
-        if not isinstance(text, str) or not text:
-            raise HandleError(f"a segment locator must be a non-empty str or a Locator, got {text!r}")
-        if not text.startswith("memfd/"):
-            return cls("posix", name=text).checked()
-        parts = text.split("/")
-        try:
-            if len(parts) != 6:
-                raise ValueError
-            pid, start, fd, size = (int(p) for p in parts[1:5])
-        except ValueError:
-            raise HandleError(
-                f"malformed memfd locator {text!r}: expected memfd/<pid>/<start>/<fd>/<size>/<token>, as "
-                "str(segment.locator) writes it; pass the writer's handle unchanged"
-            ) from None
-        return cls("memfd", size=size, pid=pid, start=start, fd=fd, token=parts[5]).checked()
-
-    def checked(self) -> "Locator":
-        """Self, or HandleError naming the field that no segment could have."""
-        if self.kind == "posix":
-            if (not isinstance(self.name, str) or self.name in ("", ".", "..") or "/" in self.name or "\0" in self.name
-                    or len(os.fsencode(self.name)) > NAME_MAX):
-                raise HandleError(
-                    f"shared-memory name must be a str of 1 to {NAME_MAX} bytes without '/' or NUL, and not '.' or "
-                    f"'..', got {self.name!r}: pass the writer's handle unchanged"
-                )
-            bad = None if is_int(self.size, 0) else "size"
-        elif self.kind == "memfd":
-            bad = next((f for f, low in (("pid", 1), ("start", 0), ("fd", 0), ("size", 1)) if not is_int(getattr(self, f), low)), None)
-            if bad is None and not (isinstance(self.token, str) and len(self.token) == 2 * TOKEN_BYTES and set(self.token) <= _HEX):
-                bad = "token"
-        else:
-            raise HandleError(f"segment kind must be 'memfd' or 'posix', got {self.kind!r}")
-        if bad:
-            raise HandleError(f"{self.kind} locator has an invalid {bad}: {getattr(self, bad)!r} (locator {self!r})")
-        return self
-
-
-_HEX = set("0123456789abcdef")
-
-
-def is_int(v, low: int = 0) -> bool:
-    """``v`` is an int (not a bool) in ``[low, 2**62)``: a field a handle may carry."""
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
-
-
 # -- segments -----------------------------------------------------------------------------------
 
 
@@ -185,12 +118,16 @@ class Segment:
 
     ``seg.locator`` (a :class:`Locator`) is what peers attach with; ``seg.name`` is its string
     form (the /dev/shm name for ``posix``), which :meth:`attach` also takes. ``close()`` unmaps
-    (every process calls it; the creator of a memfd also closes its descriptor). ``unlink()``
-    (creator only) stops new peers from attaching: it removes a posix name, and closes a memfd
-    creator's descriptor; processes already attached keep their mapping. Both are idempotent.
+    (every process calls it; the creator also closes its descriptors). ``unlink()`` (creator
+    only) stops new peers from attaching: it removes a posix name, and closes the memfd
+    descriptor the locator names; processes already attached keep their mapping. Both are
+    idempotent. The creator keeps one private descriptor until ``close()``, for
+    :meth:`reserve`: a process holding the handle cannot reach it (the locator names the closed
+    one); only one that may ptrace the creator could open it through /proc, as it could read
+    the creator's memory anyway.
 
     A segment dropped without ``close()`` is not kept until the process exits: when it is garbage
-    collected, a finalizer closes a memfd creator's descriptor, and the mapping goes with the last
+    collected, a finalizer closes the creator's descriptors, and the mapping goes with the last
     reference to ``buf`` (at once, or when the last memoryview of it dies). A posix name stays
     until ``unlink()`` (or the resource tracker, at exit).
     """
@@ -203,8 +140,10 @@ class Segment:
     buf = None  # mmap.mmap while open
     _unlinked: bool = True
     _registered: bool = False
-    _fd: int = -1  # memfd creator: the descriptor peers open through /proc/<pid>/fd/<fd>
-    _fd_finalizer: weakref.finalize | None = None  # closes _fd if the segment is collected first
+    #: The creator's descriptors: [the memfd one peers open through /proc/<pid>/fd/<fd> (-1 for
+    #: posix, and once unlinked), a private one for reserve() (-1 once closed)]
+    _fds: list | None = None
+    _fd_finalizer: weakref.finalize | None = None  # closes _fds if the segment is collected first
     _locator: Locator | None = None
 
     def __init__(self) -> None:  # use create() / attach()
@@ -212,9 +151,10 @@ class Segment:
 
     @classmethod
     def create(cls, size: int, *, kind: str = "posix", register: bool = True) -> "Segment":
-        """A new zero-filled segment of ``size`` bytes, its pages reserved. ``kind`` is "memfd",
-        "posix" or "auto" (memfd where :func:`memfd_available`, else posix); ``register`` (with
-        the resource tracker) applies to posix only."""
+        """A new zero-filled segment of ``size`` bytes: room for all of it checked, its first
+        page reserved, the rest reserved by :meth:`reserve` before first use. ``kind`` is
+        "memfd", "posix" or "auto" (memfd where :func:`memfd_available`, else posix);
+        ``register`` (with the resource tracker) applies to posix only."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if not is_int(size, 1):
@@ -246,9 +186,11 @@ class Segment:
                 raise
             fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # before Linux 6.3
         self = object.__new__(cls)
+        alloc = -1
         try:
+            os.ftruncate(fd, total)
             try:
-                os.posix_fallocate(fd, 0, total)
+                os.posix_fallocate(fd, 0, min(size, PAGE))
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                     raise memory_error(size, memory_headroom(), e.errno) from e
@@ -258,12 +200,12 @@ class Segment:
                 raise OSError(errno.EIO, "short write of the segment token")
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
             self.buf = _map(fd, size)
+            alloc = os.dup(fd)  # reserve() goes on after unlink() closed the descriptor peers open
         except BaseException:
             os.close(fd)
             raise
-        self.kind, self.size, self.created, self._fd, self._unlinked = "memfd", size, True, fd, False
-        self._fd_finalizer = weakref.finalize(self, os.close, fd)
-        self._fd_finalizer.atexit = False  # at exit the kernel closes it
+        self.kind, self.size, self.created, self._unlinked = "memfd", size, True, False
+        self._own_fds(fd, alloc)
         self._locator = Locator("memfd", size=size, pid=os.getpid(), start=process_start_time(), fd=fd, token=token.hex())
         self.name = str(self._locator)
         return self
@@ -295,21 +237,68 @@ class Segment:
             if register:  # before the (possibly long) fallocate: a SIGKILL from now on leaves no name
                 resource_tracker.register("/" + name, "shared_memory")
                 self._registered = True
+            os.ftruncate(fd, size)
             try:
-                os.posix_fallocate(fd, 0, size)
+                os.posix_fallocate(fd, 0, min(size, PAGE))
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EFBIG):
                     raise _space_error(size, shm_free_bytes(), SHM_DIR) from e
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # some filesystems lack fallocate
                     raise
-                os.ftruncate(fd, size)
             self.buf = _map(fd, size)
         except BaseException:
             os.close(fd)
             self.unlink()
             raise
-        os.close(fd)
+        self._own_fds(-1, fd)  # kept for reserve(), also after unlink() removed the name
         return self
+
+    def _own_fds(self, peer_fd: int, alloc_fd: int) -> None:
+        self._fds = fds = [peer_fd, alloc_fd]
+        self._fd_finalizer = weakref.finalize(self, _close_fds, fds, (0, 1))
+        self._fd_finalizer.atexit = False  # at exit the kernel closes them
+
+    @property
+    def _fd(self) -> int:
+        """The memfd creator's descriptor that peers open (-1: none, or closed)."""
+        return -1 if self._fds is None else self._fds[0]
+
+    def reserve(self, offset: int, length: int, what: str = "") -> None:
+        """Creator only: allocate the pages of bytes ``[offset, offset + length)`` now, so that
+        touching them can never fault for lack of memory. Checks the room first (as
+        :meth:`create` did for the whole segment: a memory cgroup near its limit fails here
+        instead of waking its OOM killer) and raises :class:`ShmSpaceError` naming the numbers
+        (and ``what`` the bytes are for) when they cannot be had; nothing is allocated then.
+        Ranges up to ``CHECK_ROOM_ABOVE`` skip the check. Pages already reserved cost nothing;
+        on a filesystem without ``fallocate`` it does nothing (the pages come on first touch)."""
+        fd = -1 if self._fds is None else self._fds[1]
+        if fd < 0:
+            raise ValueError(f"reserve() is for the creator of an open segment; {self.name!r} is {'closed' if self.created else 'attached'}")
+        if not (is_int(offset) and is_int(length) and offset + length <= self.size):
+            raise ValueError(f"cannot reserve {length!r} bytes at offset {offset!r} of a {self.size}-byte segment")
+        if length == 0:
+            return
+        room = None
+        if length > CHECK_ROOM_ABOVE:  # a few pages: fallocate's own ENOMEM/ENOSPC suffices
+            room = memory_headroom() if self.kind == "memfd" else _shm_room()
+        if room is not None and length > room[0]:
+            raise _reserve_error(self, offset, length, what, room[1], errno.ENOMEM if self.kind == "memfd" else errno.ENOSPC)
+        try:
+            os.posix_fallocate(fd, offset, length)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                room = memory_headroom() if self.kind == "memfd" else _shm_room()
+                raise _reserve_error(self, offset, length, what, "the kernel refused" if room is None else room[1], e.errno) from e
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+
+    def allocated_bytes(self) -> int:
+        """Creator only: bytes of the segment's file that have memory behind them now (tmpfs
+        blocks; a memfd's include its token's page): what the segment costs."""
+        fd = -1 if self._fds is None else self._fds[1]
+        if fd < 0:
+            raise ValueError(f"allocated_bytes() is for the creator of an open segment; {self.name!r} is not")
+        return os.fstat(fd).st_blocks * 512
 
     @classmethod
     def attach(cls, locator: "Locator | str") -> "Segment":
@@ -341,7 +330,7 @@ class Segment:
             except BufferError:
                 self.buf = buf
                 raise
-        self._close_fd()
+        self._close_fds((0, 1))
 
     def unlink(self) -> None:
         """Creator only: no new process can attach after it (posix: the name is removed; memfd: the
@@ -350,7 +339,7 @@ class Segment:
             return
         self._unlinked = True
         if self.kind == "memfd":
-            self._close_fd()
+            self._close_fds((0,))
             return
         try:
             _posixshmem.shm_unlink("/" + self.name)
@@ -362,17 +351,47 @@ class Segment:
             resource_tracker.unregister("/" + self.name, "shared_memory")
             self._registered = False
 
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, -1
-        fin, self._fd_finalizer = self._fd_finalizer, None
-        if fin is not None:
-            fin()  # closes fd, once: collecting the segment later closes nothing
-        elif fd >= 0:
-            os.close(fd)
+    def _close_fds(self, which: tuple) -> None:
+        """Close the creator's descriptors ``which`` (indices into ``_fds``), each once: a number
+        closed here is never closed again (by this or by the finalizer, once it is another file's)."""
+        if self._fds is not None:
+            _close_fds(self._fds, which)
+            if self._fds == [-1, -1] and self._fd_finalizer is not None:
+                self._fd_finalizer.detach()
+                self._fd_finalizer = None
 
     @property
     def closed(self) -> bool:
         return self.buf is None
+
+
+PAGE = mmap.PAGESIZE
+#: reserve() checks the room (memory cgroups and MemAvailable, or /dev/shm's free space: ~1 ms
+#: of /proc and /sys reads) before it allocates more than this; smaller ranges go straight to
+#: fallocate, whose ENOMEM/ENOSPC gives the same error.
+CHECK_ROOM_ABOVE = 256 * 1024
+
+
+def _close_fds(fds: list, which: tuple) -> None:
+    for i in which:
+        fd, fds[i] = fds[i], -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _shm_room() -> tuple[int, str] | None:
+    free = shm_free_bytes()
+    return None if free is None else (free, f"{SHM_DIR} has {fmt_bytes(free)} free")
+
+
+def _reserve_error(seg: "Segment", offset: int, length: int, what: str, why: str, err: int) -> ShmSpaceError:
+    fix = ("give the container or cgroup more memory (memory.max), or lower max_chunks x max_chunk_bytes"
+           if seg.kind == "memfd" else f"free space in {SHM_DIR} (docker run --shm-size=...), or use segment_kind='memfd'")
+    return ShmSpaceError(
+        err,
+        f"cannot reserve {fmt_bytes(length)} of shared memory{' for ' + what if what else ''} (bytes {offset}..{offset + length} "
+        f"of a {fmt_bytes(seg.size)} {seg.kind} segment): {why}. Nothing was written; {fix}",
+    )
 
 
 def segment_mode(name: str) -> int:
