@@ -352,14 +352,14 @@ def test_a_fences_run_cut_short_by_its_time_is_incomplete_not_a_fail():
     """Far more iterations than the planned time allows (what a busy machine looks like to the
     scenario): the child stops at its stop time, so jobs are cut short or never start. That is
     load, not a fence: not a FAIL but INCONCLUSIVE (the jobs that did not run could not have seen
-    anything), its reason saying how many did not finish and what to do; ``incomplete`` names them
+    anything), its reason naming the shipped runs that did not run and what to do; ``incomplete`` names them
     (before: an error, so `ringcast stress --quick` FAILed under the test suite's load)."""
     from ringcast.stress.fences import run_fences
 
     _needs_two_cpus()
     r = run_fences(_fences(iterations=10**10, quick_iterations=10**10, quick_duration=0.5, timeout=30.0), quick=True)
     assert r["verdict"] == "INCONCLUSIVE" and not r["errors"] and not r["violations"], (r["errors"], r["violations"])
-    assert "job(s) did not finish" in r["reason"] and "--until-seen" in r["reason"], r["reason"]
+    assert "incomplete: " in r["reason"] and "--until-seen" in r["reason"], r["reason"]
     assert any("ran out of time" in m for m in r["incomplete"]), r["incomplete"]
 
 
@@ -515,3 +515,52 @@ def test_inconclusive_exit_status(monkeypatch, tmp_path: Path, capsys):
     out = capsys.readouterr().out
     assert "VERDICT: INCONCLUSIVE" in out and "--until-seen" in out, out
     assert main([*args, "--strict"]) == EXIT_INCONCLUSIVE == 3
+
+
+def test_until_seen_results_are_added_to_the_rows():
+    """An --until-seen job's control iterations and its shipped top-up are added to the first run's;
+    the row says after how many control iterations it first showed and how many shipped ran after."""
+    from ringcast.stress.fences import arch_model_facts, merge_until_seen
+
+    res = new_result(_fences(), quick=True, iterations=100_000, until_seen=30.0)
+    res["machine"] = {"arch": "x86_64", "extension": {}}
+    res["model"] = arch_model_facts(res["machine"])
+    done = [_job("eventcount", None, 0), _job("eventcount", "F6N", 0), _job("eventcount", "F6W", 0),
+            _job("mp", None, 0), _job("mp", "F3", 0), _job("mp", "F4", 0), _hunt(False, 0), _hunt(True, 1)]
+    until = {"kind": "until", "shape": "eventcount", "control": "F6N", "result": {
+        "control": {"iterations": 250_000, "forbidden": 1, "yielded": 0, "aborted": False}, "first_seen_at": 350_000,
+        "shipped": {"iterations": 250_000, "forbidden": 0, "yielded": 0, "aborted": False}}}
+    merge_until_seen(done, [until])
+    r = judge(res, SHAPES, done, VERDICTS["X86_64"])
+    row = next(x for x in r["rows"] if x["fence"] == "F6N")
+    assert (row["control_iterations"], row["control_forbidden"], row["shipped_iterations"]) == (350_000, 1, 350_000), row
+    assert (row["first_seen_at"], row["shipped_after_seen"]) == (350_000, 250_000) and row["seen"]
+    assert r["verdict"] == "PASS", r["reason"]
+    from ringcast.stress.fences_report import fences_lines
+
+    r["machine"].update(cpu_model="c", online_cores=2, usable_cores=2, kernel="k", extension=None)
+    assert ("until-seen: eventcount control of F6N first showed after 350000 iterations; the shipped fences then ran "
+            "250000 more") in fences_lines(r)
+
+
+@pytest.mark.timeout(120)
+def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
+    """--until-seen 1 with a control that cannot fire (mp's F3 on x86, called allowed): it runs on
+    past the first run's iterations (at least one more batch), still unseen, so the verdict stays
+    INCONCLUSIVE."""
+    import platform
+
+    from ringcast.stress import arch_model, fences
+
+    if arch_model.model_name(platform.machine()) != "X86_64":
+        pytest.skip("needs x86-64, where the control of F3 cannot fire")
+    _needs_two_cpus()
+    # mp's F3 the only allowed control (so the until-seen time is all its own)
+    table = {**VERDICTS["X86_64"], "mp": {"shipped": "Never", "F3": "Sometimes", "F4": "Never"},
+             "eventcount": {"shipped": "Never", "F6N": "Never", "F6W": "Never"}}
+    monkeypatch.setitem(fences.VERDICTS, "X86_64", table)
+    r = fences.run_fences(_fences(iterations=5_000, quick_iterations=5_000), quick=True, until_seen=1.0)
+    row = next(x for x in r["rows"] if (x["shape"], x["fence"]) == ("mp", "F3"))
+    assert r["verdict"] == "INCONCLUSIVE" and "mp F3" in r["reason"], r["reason"]
+    assert row["control_iterations"] > 5_000 and row["control_forbidden"] == 0 and row["first_seen_at"] is None, row
+    assert any(j["kind"] == "until" and (j["shape"], j["control"]) == ("mp", "F3") for j in r["until_seen_jobs"]), r["until_seen_jobs"]

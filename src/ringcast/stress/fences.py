@@ -47,7 +47,7 @@ from .litmus_child import add_counts
 from .scenario import Scenario
 from .stats import MISS_PROBABILITY, iterations_for_power
 
-__all__ = ["run_fences", "machine_facts", "new_result", "judge", "arch_model_facts", "PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "WHAT_TO_DO"]
+__all__ = ["run_fences", "machine_facts", "new_result", "judge", "merge_until_seen", "arch_model_facts", "PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "WHAT_TO_DO"]
 
 PASS, FAIL, INCONCLUSIVE, NOT_RUN = "PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"
 WHAT_TO_DO = ("Rerun it on an idle machine, or run until every allowed control shows: "
@@ -301,8 +301,14 @@ def _verdict(res: dict) -> None:
         names = ", ".join(u.split(" (")[0].replace(" control of ", " ") for u in res["unseen"])
         why.append(f"allowed control(s) not seen: {names}, so this run could not have caught the absence of those fences")
     if res["incomplete"]:
-        why.append(f"{len(res['incomplete'])} job(s) did not finish")
+        why.append("incomplete: " + "; ".join(res["incomplete"]))
     res["reason"] = f"no forbidden outcome with the shipped fences, but {'; '.join(why)}. {WHAT_TO_DO}"
+
+
+def _missing_shipped(jobs: list[dict], done: list[dict]) -> list[dict]:
+    """The shipped runs (litmus and futex hunt) among ``jobs`` that did not finish."""
+    ran = {(j["kind"], j.get("shape"), j["control"]) for j in done}
+    return [j for j in jobs if j["control"] in (None, False) and (j["kind"], j.get("shape"), j["control"]) not in ran]
 
 
 def _until_jobs(res: dict, deadline: float, chunk: int, hunt_chunk: int) -> list[dict]:
@@ -321,7 +327,7 @@ def _until_jobs(res: dict, deadline: float, chunk: int, hunt_chunk: int) -> list
     return jobs
 
 
-def _merge_until(done: list[dict], extra: list[dict]) -> None:
+def merge_until_seen(done: list[dict], extra: list[dict]) -> None:
     """Add the --until-seen jobs' iterations and outcomes to the first run's jobs (in place)."""
     def job(kind: str, shape, control) -> dict:
         for j in done:
@@ -408,20 +414,25 @@ def run_fences(sc: Scenario, *, quick: bool = False, scale: float = 1.0, progres
     stop_by = t0 + 2 * span + 2.0  # the child starts no job after this and cuts the last one short
     done, errors = _run_child(jobs, stop_by, stop_by + sc.timeout, progress, sc.name, span, t0)
     res["errors"] += errors
-    if len(done) < len(jobs) and not errors:
-        res["incomplete"].append(f"the litmus jobs ran out of time ({stop_by - t0:.0f}s): {len(done)} of {len(jobs)} finished")
     if until_seen > 0 and not res["errors"]:
         probe = {**res, **{k: type(res[k])() for k in _FINDINGS}}  # which controls are allowed and unseen so far
         _summarise(shapes, done, probe, table)
         t1 = time.monotonic()
-        extra = _until_jobs(probe, t1 + until_seen, min(iterations, 1_000_000), 5_000) if not probe["violations"] else []
+        # the shipped runs the first run had no time for, then each unseen allowed control until t1 + until_seen
+        # and its shipped run for as long again at most
+        extra = [{**j, "budget_s": min(j["budget_s"], until_seen)} for j in _missing_shipped(jobs, done)]
+        extra += _until_jobs(probe, t1 + until_seen, min(iterations, 1_000_000), 5_000) if not probe["violations"] else []
         if extra:
-            # each control until t1 + until_seen, then its shipped run for as long again at most
             stop2 = t1 + 2 * until_seen + 2.0
             got, errors = _run_child(extra, stop2, stop2 + sc.timeout, progress, f"{sc.name} until seen", 2 * until_seen, t1)
             res["errors"] += errors
-            _merge_until(done, got)
-            res["until_seen_jobs"] = [{k: v for k, v in j.items() if k not in ("deadline",)} for j in got]
+            done += [j for j in got if j["kind"] in ("litmus", "hunt")]
+            merge_until_seen(done, [j for j in got if j["kind"] not in ("litmus", "hunt")])
+            res["until_seen_jobs"] = [{k: v for k, v in j.items() if k != "deadline"} for j in got if j["kind"] not in ("litmus", "hunt")]
+    if not res["errors"]:
+        for j in _missing_shipped(jobs, done):
+            what = f"{j['shape']} shipped" if j["kind"] == "litmus" else "futex hunt shipped"
+            res["incomplete"].append(f"{what}: did not run (the litmus jobs ran out of time, {stop_by - t0:.0f}s)")
     judge(res, shapes, done, table)
     res["wall_s"] = round(time.monotonic() - t0, 3)
     return res
