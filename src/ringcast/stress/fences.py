@@ -214,12 +214,12 @@ def _judge(res: dict, what: str, entry: dict, model: str | None, forbidden: int 
         "rate": rate, "miss": MISS_PROBABILITY, "needed": needed, "ran": shipped_iterations,
         "enough": shipped_iterations is not None and shipped_iterations >= needed}
     if entry["seen"] and not entry["allowed"]:
-        res["warnings"].append(f"{what}: seen {forbidden} time(s) although {res['model']['file']} forbids it even without "
-                               f"the fence (herd7): this CPU or the harness does not behave as {arch}'s model says; "
-                               "please report it with summary.json")
+        res["warnings"].append(f"{what}: seen {forbidden} time(s) although {res['model']['file']} forbids it with the shape's "
+                               "other fence in place (herd7): either that fence is missing from this build (see the shipped "
+                               f"column) or this CPU does not behave as {arch}'s model says; please report it with summary.json")
     elif entry["seen"] is False and not entry["allowed"]:
         res["notes"].append(f"{what}: not seen in {iterations} iterations, as expected: {res['model']['file']} forbids "
-                            f"this outcome on {arch} even without the fence (herd7), so the fence is not needed for it here")
+                            f"this outcome on {arch} even without the fence (herd7)")
     elif not entry["seen"] and entry["allowed"]:
         why = (f"not seen in {iterations} iterations" if forbidden is not None else "did not run")
         allowed = f"{res['model']['file']} allows it (herd7)" if model else f"no model table for {arch}: counted as allowed"
