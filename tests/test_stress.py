@@ -564,3 +564,17 @@ def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
     assert r["verdict"] == "INCONCLUSIVE" and "mp F3" in r["reason"], r["reason"]
     assert row["control_iterations"] > 5_000 and row["control_forbidden"] == 0 and row["first_seen_at"] is None, row
     assert any(j["kind"] == "until" and (j["shape"], j["control"]) == ("mp", "F3") for j in r["until_seen_jobs"]), r["until_seen_jobs"]
+
+
+def test_the_litmus_child_is_not_imported_by_its_package():
+    """`python -m ringcast.stress.litmus_child` must not find itself already imported by
+    ringcast.stress (runpy's RuntimeWarning, an error under PYTHONWARNINGS=error::RuntimeWarning as
+    tests/test_cli.py runs it): nothing the package imports may import the child module."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
+    p = subprocess.run([sys.executable, "-m", "ringcast.stress.litmus_child", "[]", "0"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0 and not p.stderr, p.stderr

@@ -43,9 +43,8 @@ import time
 from pathlib import Path
 
 from .arch_model import HERD_VERSION, HUNT_SHAPE, MODELS, VERDICTS, control_verdict, model_name, rmw_variant
-from .litmus_child import add_counts
 from .scenario import Scenario
-from .stats import MISS_PROBABILITY, iterations_for_power
+from .stats import MISS_PROBABILITY, add_counts, iterations_for_power
 
 __all__ = ["run_fences", "machine_facts", "new_result", "judge", "merge_until_seen", "arch_model_facts", "PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "WHAT_TO_DO"]
 

@@ -19,16 +19,7 @@ import json
 import sys
 import time
 
-
-def add_counts(total: dict, r: dict) -> None:
-    """Add a job result's counts to ``total`` (flags or-ed, other values replaced), in place."""
-    for k, v in r.items():
-        if isinstance(v, bool):
-            total[k] = total.get(k, False) or v
-        elif isinstance(v, int) and k != "child_status":
-            total[k] = total.get(k, 0) + v
-        else:
-            total[k] = v
+from .stats import add_counts
 
 
 def _until(_litmus, job: dict, stop_by: float, topped: dict) -> dict:

@@ -18,7 +18,7 @@ import math
 import resource
 import time
 
-__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_bytes", "fmt_rate", "iterations_for_power", "MISS_PROBABILITY"]
+__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_bytes", "fmt_rate", "iterations_for_power", "MISS_PROBABILITY", "add_counts"]
 
 #: the chance of missing a broken fence that the ``fences`` scenario's power figures are for
 MISS_PROBABILITY = 1e-6
@@ -144,6 +144,17 @@ def iterations_for_power(rate: float, miss: float = MISS_PROBABILITY) -> int | N
     if rate >= 1:
         return 1
     return max(1, math.ceil(math.log(miss) / math.log1p(-rate)))
+
+
+def add_counts(total: dict, r: dict) -> None:
+    """Add a job result's counts to ``total`` (flags or-ed, other values replaced), in place."""
+    for k, v in r.items():
+        if isinstance(v, bool):
+            total[k] = total.get(k, False) or v
+        elif isinstance(v, int) and k != "child_status":
+            total[k] = total.get(k, 0) + v
+        else:
+            total[k] = v
 
 
 def fmt_bytes(n) -> str:
