@@ -564,6 +564,9 @@ def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
     assert r["verdict"] == "INCONCLUSIVE" and "mp F3" in r["reason"], r["reason"]
     assert row["control_iterations"] > 5_000 and row["control_forbidden"] == 0 and row["first_seen_at"] is None, row
     assert any(j["kind"] == "until" and (j["shape"], j["control"]) == ("mp", "F3") for j in r["until_seen_jobs"]), r["until_seen_jobs"]
+    from ringcast.stress.fences_report import fences_lines
+
+    assert f"until-seen: mp control of F3 still not seen after {row['control_iterations']} iterations in all (1s)" in fences_lines(r)
 
 
 def test_the_litmus_child_is_not_imported_by_its_package():

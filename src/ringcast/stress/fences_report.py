@@ -93,10 +93,14 @@ def _until_lines(res: dict) -> list[str]:
     if not res.get("until_seen_s"):
         return []
     out = []
+    ran_on = {("futex hunt", "F6N") if j["kind"] == "hunt_until" else (j["shape"], j["control"]) for j in res.get("until_seen_jobs", [])}
     for e in [*res["rows"], {**res["hunt"].get("control", {}), "shape": "futex hunt", "fence": "F6N"}]:
         if e.get("first_seen_at") is not None:
             out.append(f"until-seen: {e['shape']} control of {e['fence']} first showed after {e['first_seen_at']} iterations; "
                        f"the shipped fences then ran {e['shipped_after_seen']} more")
+        elif (e["shape"], e["fence"]) in ran_on:
+            out.append(f"until-seen: {e['shape']} control of {e['fence']} still not seen after {_n(e.get('control_iterations', e.get('iterations')))} "
+                       f"iterations in all ({res['until_seen_s']:g}s)")
     if not res.get("until_seen_jobs"):
         out.append(f"until-seen ({res['until_seen_s']:g}s): nothing to run on (every allowed control had shown)")
     return out
