@@ -19,7 +19,7 @@ from setuptools import Extension, find_packages, setup
 HERE = Path(__file__).resolve().parent
 BUNDLED_DIRS = ("spec", "stress", "tools")
 SKIP = {"__pycache__", "states", ".tlc"}  # TLC and Python leftovers, never shipped
-DATA = ["*.tla", "*.cfg", "*.json", "*.md"]
+DATA = ["*.tla", "*.cfg", "*.json", "*.md", "*.litmus"]  # *.litmus: spec/litmus, herd7 tests of the fences (tests/test_herd.py)
 
 
 def bundled_packages() -> dict[str, str]:

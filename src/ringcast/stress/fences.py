@@ -9,16 +9,23 @@ built on the very primitives the C steps of ``ringcast._protocol`` run
 * each shape (eventcount, mp, mp_readflag, rtr; docs/spec.md "Litmus tests") with the shipped
   fences: any forbidden outcome is a FAIL naming the shape and the count;
 * the control of each fence point of the shape (that fence replaced by a compiler-only barrier):
-  how often this CPU produces the forbidden outcome when nothing stops it. A control that shows
-  none is reported plainly: the fence was not exercised on this machine;
+  how often this CPU produces the forbidden outcome when nothing stops it. Whether the
+  architecture allows that outcome at all comes from its formal model (herd7's verdicts,
+  :mod:`ringcast.stress.arch_model`); with it, the power of the shipped run (the iterations it
+  needed to miss a broken fence of the control's rate with probability <= 1e-6);
 * the futex hunt: the parking protocol with the real futex between two processes; a sleep that
   ended by its timeout while the flag was set and the notifier had seen no waiter is a lost
   wake-up (FAIL with the shipped fences).
 
 The jobs run in a child process (:mod:`ringcast.stress.litmus_child`, its own process group),
 killed with the waiter its futex hunt forks if it is still running at the scenario's deadline.
-Without the C extension, or with fewer than two CPUs to run on, the scenario reports NOT RUN and
-why; it never passes silently.
+Verdicts: FAIL (a forbidden outcome or lost wake-up with the shipped fences, or an error);
+INCONCLUSIVE (none, but a control the architecture allows was not seen, or jobs did not finish:
+the run could not have caught that fence's absence; the reason says what to do); PASS (none, and
+every allowed control was seen at least once). ``until_seen`` (``--until-seen SECONDS``) runs the
+unseen allowed controls on until they show, then the shipped fences at least as long. Without the
+C extension, or with fewer than two CPUs to run on, the scenario reports NOT RUN and why; it never
+passes silently.
 """
 
 from __future__ import annotations
@@ -35,11 +42,16 @@ import threading
 import time
 from pathlib import Path
 
+from .arch_model import HERD_VERSION, HUNT_SHAPE, MODELS, VERDICTS, control_verdict, model_name, rmw_variant
 from .scenario import Scenario
+from .stats import MISS_PROBABILITY, add_counts, iterations_for_power
 
-__all__ = ["run_fences", "machine_facts", "fences_lines", "fences_markdown", "NOT_RUN"]
+__all__ = ["run_fences", "machine_facts", "new_result", "judge", "merge_until_seen", "arch_model_facts", "PASS", "FAIL", "INCONCLUSIVE", "NOT_RUN", "WHAT_TO_DO"]
 
-NOT_RUN = "NOT RUN"
+PASS, FAIL, INCONCLUSIVE, NOT_RUN = "PASS", "FAIL", "INCONCLUSIVE", "NOT RUN"
+WHAT_TO_DO = ("Rerun it on an idle machine, or run until every allowed control shows: "
+              "ringcast stress --only fences --until-seen 60")
+_FINDINGS = ("violations", "examples", "errors", "warnings", "notes", "incomplete", "unseen")
 HUNT_SLEEP_TIMEOUT_S = 0.01  # a lost wake-up in the control costs this much
 _US_PER_ITERATION_BUDGET = 4e-6  # a job stops by itself after 2 s + this per iteration
 
@@ -58,6 +70,15 @@ def cpu_model() -> str:
     if impl:
         return f"CPU implementer {impl.group(1)}, part {part.group(1) if part else '?'}"
     return platform.processor() or "unknown"
+
+
+def _cpu_features() -> str:
+    """The CPU's feature flags (/proc/cpuinfo ``Features``, Arm; ``flags``, x86), or ""."""
+    try:
+        m = re.search(r"^(?:Features|flags)\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        return ""
+    return m.group(1) if m else ""
 
 
 def usable_cpus() -> int:
@@ -175,10 +196,36 @@ def _busy(yielded: float | None) -> str:
     if yielded is None or yielded < 0.2:
         return ""
     return (f" (in {yielded * 100:.0f}% of the iterations a side had to give up its CPU before the two could meet: "
-            "this machine is busy, so the two sides rarely raced; rerun it on an idle machine)")
+            "this machine is busy, so the two sides rarely raced)")
 
 
-def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
+def _judge(res: dict, what: str, entry: dict, model: str | None, forbidden: int | None, iterations: int | None,
+           shipped_iterations: int | None, yielded: float | None) -> None:
+    """The architecture's verdict on a control, whether it was seen, and the shipped run's power
+    (fields of ``entry``, in place); an allowed control not seen goes to ``res["unseen"]``."""
+    arch = res["model"]["arch"] or res["machine"]["arch"]
+    entry["model"] = model
+    entry["allowed"] = model != "Never"
+    entry["seen"] = None if forbidden is None else forbidden > 0
+    rate = _rate(forbidden, iterations) if forbidden else None
+    needed = iterations_for_power(rate) if rate else None
+    entry["power"] = None if needed is None else {
+        "rate": rate, "miss": MISS_PROBABILITY, "needed": needed, "ran": shipped_iterations,
+        "enough": shipped_iterations is not None and shipped_iterations >= needed}
+    if entry["seen"] and not entry["allowed"]:
+        res["warnings"].append(f"{what}: seen {forbidden} time(s) although {res['model']['file']} forbids it with the shape's "
+                               "other fence in place (herd7): either that fence is missing from this build (see the shipped "
+                               f"column) or this CPU does not behave as {arch}'s model says; please report it with summary.json")
+    elif entry["seen"] is False and not entry["allowed"]:
+        res["notes"].append(f"{what}: not seen in {iterations} iterations, as expected: {res['model']['file']} forbids "
+                            f"this outcome on {arch} even without the fence (herd7)")
+    elif not entry["seen"] and entry["allowed"]:
+        why = (f"not seen in {iterations} iterations" if forbidden is not None else "did not run")
+        allowed = f"{res['model']['file']} allows it (herd7)" if model else f"no model table for {arch}: counted as allowed"
+        res["unseen"].append(f"{what} ({allowed}): {why}" + _busy(yielded))
+
+
+def _summarise(shapes: list[dict], done: list[dict], res: dict, table: dict | None) -> None:
     """Rows, hunt, verdict details from the finished jobs (in place)."""
     by = {(j["shape"], j["control"]): j["result"] for j in done if j["kind"] == "litmus"}
     hunts = {j["control"]: j for j in done if j["kind"] == "hunt"}
@@ -202,12 +249,11 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
                 "control_rate": _rate(ctl["forbidden"], ctl["iterations"]) if ctl else None,
             }
             row["control_yielded"] = _rate(ctl["yielded"], ctl["iterations"]) if ctl else None
+            for k in ("first_seen_at", "shipped_after_seen"):
+                row[k] = (ctl or {}).get(k)
+            _judge(res, f"{s['shape']} control of {p}", row, control_verdict(table, s["shape"], p, res["model"]["variant"]), row["control_forbidden"],
+                   row["control_iterations"], row["shipped_iterations"], row["control_yielded"])
             rows.append(row)
-            if ctl is not None and ctl["forbidden"] == 0:
-                res["notes"].append(
-                    f"{s['shape']} control of {p}: this CPU did not show the reordering in {ctl['iterations']} iterations, "
-                    f"so {p} was not exercised here" + _busy(row["control_yielded"])
-                )
     for (shape, control), r in by.items():
         what = f"{shape} {'control of ' + control if control else 'shipped'}"
         if r["aborted"]:
@@ -236,28 +282,116 @@ def _summarise(shapes: list[dict], done: list[dict], res: dict) -> None:
         if h["late"]:
             res["warnings"].append(f"futex hunt ({name}): {h['late']} sleep(s) ended by the {HUNT_SLEEP_TIMEOUT_S * 1e3:.0f} ms timeout with the "
                                    "flag set although the notifier saw the waiter and woke it: a wake delayed by scheduling, not a lost one")
-        if name == "control" and h["lost"] == 0:
-            res["notes"].append(f"futex hunt control of F6N: no lost wake-up in {h['iterations']} iterations "
-                                f"({h['sleeps']} sleeps), so F6N was not exercised by the hunt here"
-                                + _busy(_rate(h["yielded"], h["iterations"])))
+    c, s = hunt.get("control") or {}, hunt.get("shipped") or {}
+    _judge(res, "futex hunt control of F6N", c, control_verdict(table, *HUNT_SHAPE, res["model"]["variant"]), c.get("lost"), c.get("iterations"),
+           s.get("iterations"), _rate(c.get("yielded", 0), c.get("iterations")))
     res["hunt"] = hunt
 
 
-def run_fences(sc: Scenario, *, quick: bool = False, scale: float = 1.0, progress=None) -> dict:
-    """Run the ``fences`` scenario; a result dict like the message scenarios' (``kind`` "fences")."""
+def _verdict(res: dict) -> None:
+    if res["violations"] or res["errors"]:
+        res["verdict"] = FAIL
+        return
+    if not (res["unseen"] or res["incomplete"]):
+        return
+    res["verdict"] = INCONCLUSIVE
+    why = []
+    if res["unseen"]:
+        names = ", ".join(u.split(" (")[0].replace(" control of ", " ") for u in res["unseen"])
+        why.append(f"allowed control(s) not seen: {names}, so this run could not have caught the absence of those fences")
+    if res["incomplete"]:
+        why.append("incomplete: " + "; ".join(res["incomplete"]))
+    res["reason"] = f"no forbidden outcome with the shipped fences, but {'; '.join(why)}. {WHAT_TO_DO}"
+
+
+def _missing_shipped(jobs: list[dict], done: list[dict]) -> list[dict]:
+    """The shipped runs (litmus and futex hunt) among ``jobs`` that did not finish."""
+    ran = {(j["kind"], j.get("shape"), j["control"]) for j in done}
+    return [j for j in jobs if j["control"] in (None, False) and (j["kind"], j.get("shape"), j["control"]) not in ran]
+
+
+def _until_jobs(res: dict, deadline: float, chunk: int, hunt_chunk: int) -> list[dict]:
+    """--until-seen: one job per allowed control not seen yet: that control in chunks until it shows or
+    ``deadline``, then the shipped fences of its shape until they ran at least as many iterations."""
+    jobs = []
+    for row in res["rows"]:
+        if row["allowed"] and not row["seen"]:
+            jobs.append({"kind": "until", "shape": row["shape"], "control": row["fence"], "deadline": deadline,
+                         "chunk": chunk, "control_done": row["control_iterations"] or 0,
+                         "shipped_done": row["shipped_iterations"] or 0})
+    c, s = res["hunt"].get("control", {}), res["hunt"].get("shipped") or {}
+    if c.get("allowed") and not c.get("seen"):
+        jobs.append({"kind": "hunt_until", "deadline": deadline, "chunk": hunt_chunk, "sleep_timeout_s": HUNT_SLEEP_TIMEOUT_S,
+                     "control_done": c.get("iterations") or 0, "shipped_done": s.get("iterations", 0)})
+    return jobs
+
+
+def merge_until_seen(done: list[dict], extra: list[dict]) -> None:
+    """Add the --until-seen jobs' iterations and outcomes to the first run's jobs (in place)."""
+    def job(kind: str, shape, control) -> dict:
+        for j in done:
+            if j["kind"] == kind and j.get("shape") == shape and j["control"] == control:
+                return j
+        done.append({"kind": kind, "shape": shape, "control": control, "result": {}})
+        return done[-1]
+
+    for e in extra:
+        kind, shape = ("hunt", None) if e["kind"] == "hunt_until" else ("litmus", e["shape"])
+        ctl = job(kind, shape, True if kind == "hunt" else e["control"])
+        add_counts(ctl["result"], e["result"]["control"])
+        if e["result"].get("shipped"):
+            add_counts(job(kind, shape, False if kind == "hunt" else None)["result"], e["result"]["shipped"])
+        if e["result"]["first_seen_at"] is not None:
+            ctl["result"]["first_seen_at"] = e["result"]["first_seen_at"]
+            ctl["result"]["shipped_after_seen"] = (e["result"].get("shipped") or {}).get("iterations", 0)
+
+
+def arch_model_facts(machine: dict, cpu_features: str = "") -> dict:
+    """Which table of :mod:`ringcast.stress.arch_model` applies to this machine (``arch``, the
+    model ``file``, ``herd``'s version: None where there is none) and, on AArch64, the RMW
+    ``variant`` the build runs."""
+    arch = model_name(machine["arch"])
+    if arch not in VERDICTS:
+        return {"arch": None, "file": None, "herd": None, "variant": None}
+    build = machine.get("extension") or {}
+    variant = rmw_variant(build.get("fetch_add_u32", ""), cpu_features) if arch == "AArch64" else None
+    return {"arch": arch, "file": MODELS[arch], "herd": HERD_VERSION, "variant": variant}
+
+
+def new_result(sc: Scenario, *, quick: bool, iterations: int, until_seen: float = 0.0) -> dict:
+    """A result dict before anything ran (``verdict`` PASS, empty findings)."""
+    return {
+        "name": sc.name, "kind": "fences", "description": sc.description, "stresses": sc.stresses, "source": sc.source,
+        "verdict": PASS, "quick": quick, "reason": None, "iterations": iterations, "until_seen_s": until_seen, "rows": [],
+        "hunt": {}, "machine": None, "model": None, "violations": {}, **{k: [] for k in _FINDINGS[1:]},
+    }
+
+
+def judge(res: dict, shapes: list[dict], done: list[dict], table: dict | None) -> dict:
+    """Fill in a result's rows, futex hunt, findings and verdict from the finished jobs (as the
+    child prints them) and the architecture's table (None: every control counts as allowed)."""
+    _summarise(shapes, done, res, table)
+    _verdict(res)
+    return res
+
+
+def run_fences(sc: Scenario, *, quick: bool = False, scale: float = 1.0, progress=None, until_seen: float = 0.0) -> dict:
+    """Run the ``fences`` scenario; a result dict like the message scenarios' (``kind`` "fences").
+
+    ``until_seen`` > 0 (``--until-seen SECONDS``): after the run, every control that the
+    architecture allows and that did not show runs on for up to that many seconds in all, until it
+    shows; then the shipped fences of its shape run at least as many iterations as that took."""
     t0 = time.monotonic()
     iterations = max(1, int((sc.quick_iterations if quick else sc.iterations) * scale))
     hunt_budget = (sc.quick_duration if quick else sc.duration) * scale * 0.15
-    res = {
-        "name": sc.name, "kind": "fences", "description": sc.description, "stresses": sc.stresses, "source": sc.source,
-        "verdict": "PASS", "quick": quick, "reason": None, "iterations": iterations, "rows": [], "hunt": {},
-        "violations": {}, "examples": [], "errors": [], "warnings": [], "notes": [], "incomplete": [],
-    }
+    res = new_result(sc, quick=quick, iterations=iterations, until_seen=until_seen)
     litmus, why = _load_litmus()
     build = litmus.build_info() if litmus is not None else None
     if build is not None and litmus is not None:
         build["file"] = litmus.__file__
     res["machine"] = machine_facts(build)
+    table = VERDICTS.get(model_name(res["machine"]["arch"]) or "")
+    res["model"] = arch_model_facts(res["machine"], _cpu_features())
     if litmus is None:
         why_not = why
     elif usable_cpus() < 2:
@@ -279,91 +413,25 @@ def run_fences(sc: Scenario, *, quick: bool = False, scale: float = 1.0, progres
     stop_by = t0 + 2 * span + 2.0  # the child starts no job after this and cuts the last one short
     done, errors = _run_child(jobs, stop_by, stop_by + sc.timeout, progress, sc.name, span, t0)
     res["errors"] += errors
-    if len(done) < len(jobs) and not errors:
-        res["incomplete"].append(f"the litmus jobs ran out of time ({stop_by - t0:.0f}s): {len(done)} of {len(jobs)} finished")
-    _summarise(shapes, done, res)
-    if res["violations"] or res["errors"]:
-        res["verdict"] = "FAIL"
-    elif res["incomplete"]:  # load, not a fence: no forbidden outcome in what ran, and it says what did not
-        res["reason"] = ("incomplete: " + "; ".join(res["incomplete"]) + ". This machine was too busy for the jobs' time "
-                         "budget: rerun it on a less loaded machine, or with more time (--scale)")
+    if until_seen > 0 and not res["errors"]:
+        probe = {**res, **{k: type(res[k])() for k in _FINDINGS}}  # which controls are allowed and unseen so far
+        _summarise(shapes, done, probe, table)
+        t1 = time.monotonic()
+        # the shipped runs the first run had no time for, then each unseen allowed control until t1 + until_seen
+        # and its shipped run for as long again at most
+        extra = [{**j, "budget_s": min(j["budget_s"], until_seen)} for j in _missing_shipped(jobs, done)]
+        extra += _until_jobs(probe, t1 + until_seen, min(iterations, 1_000_000), 5_000) if not probe["violations"] else []
+        if extra:
+            stop2 = t1 + 2 * until_seen + 2.0
+            got, errors = _run_child(extra, stop2, stop2 + sc.timeout, progress, f"{sc.name} until seen", 2 * until_seen, t1)
+            res["errors"] += errors
+            done += [j for j in got if j["kind"] in ("litmus", "hunt")]
+            merge_until_seen(done, [j for j in got if j["kind"] not in ("litmus", "hunt")])
+            res["until_seen_jobs"] = [{k: v for k, v in j.items() if k != "deadline"} for j in got if j["kind"] not in ("litmus", "hunt")]
+    if not res["errors"]:
+        for j in _missing_shipped(jobs, done):
+            what = f"{j['shape']} shipped" if j["kind"] == "litmus" else "futex hunt shipped"
+            res["incomplete"].append(f"{what}: did not run (the litmus jobs ran out of time, {stop_by - t0:.0f}s)")
+    judge(res, shapes, done, table)
     res["wall_s"] = round(time.monotonic() - t0, 3)
     return res
-
-
-# ------------------------------------------------------------------------------------ report --
-
-def _n(x) -> str:
-    return "-" if x is None else str(x)
-
-
-def _rate_s(r) -> str:
-    if r is None:
-        return "-"
-    return "0 (not seen)" if r == 0 else f"{r:.2e}"
-
-
-def _table(res: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["shape", "fence", "iterations", "forbidden shipped", "forbidden control", "control rate", "sides met"]
-    rows = [[r["shape"], r["fence"], _n(r["shipped_iterations"]) + ("" if r["control_iterations"] == r["shipped_iterations"] else f" / {_n(r['control_iterations'])}"),
-             _n(r["shipped_forbidden"]), _n(r["control_forbidden"]), _rate_s(r["control_rate"]), _met(r["control_yielded"])] for r in res["rows"]]
-    s, c = res["hunt"].get("shipped"), res["hunt"].get("control")
-    if s or c:
-        it = _n(s and s["iterations"]) + ("" if c and s and c["iterations"] == s["iterations"] else f" / {_n(c and c['iterations'])}")
-        rows.append(["futex hunt (lost wake-ups)", "F6N", it, _n(s and s["lost"]), _n(c and c["lost"]), _rate_s(c and c["lost_rate"]),
-                     _met(c and _rate(c["yielded"], c["iterations"]))])
-    return head, rows
-
-
-def _met(yielded) -> str:
-    """The share of the control's iterations in which neither side had to give up its CPU first."""
-    return "-" if yielded is None else f"{(1 - yielded) * 100:.0f}%"
-
-
-def _machine_line(res: dict) -> str:
-    m = res["machine"]
-    b = m.get("extension") or {}
-    ext = (f"; extension: {b['compiler']}, {b['arch']}; fence = {b['fence']}, F6N = {b['fence_load_u32']}, F6W = {b['fetch_add_u32']}"
-           if b else "; extension: not built")
-    return f"{m['cpu_model']}, {m['arch']}, {m['online_cores']} online cores ({m['usable_cores']} usable), {m['kernel']}{ext}"
-
-
-def _hunt_line(res: dict) -> list[str]:
-    out = []
-    for name, h in res["hunt"].items():
-        out.append(f"futex hunt {name}: {h['iterations']} iterations, {h['sleeps']} sleeps, {h['rechecks']} re-check hits, "
-                   f"{h['wakes']} wakes ({h['woken']} woken), {h['timeouts_flag_set']} sleeps ended by timeout with the flag set "
-                   f"({h['lost']} lost: the notifier saw no waiter; {h['late']} late wakes)")
-    return out
-
-
-def fences_lines(res: dict) -> list[str]:
-    """The scenario as plain text (the summary printed by ``ringcast stress``)."""
-    out = [f"fences: {res['verdict']}" + (f" - {res['reason']}" if res["reason"] else "") + f"  [{_machine_line(res)}]"]
-    if res["reason"]:
-        return out
-    head, rows = _table(res)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    out.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-    out += _hunt_line(res)
-    out += [f"note: {n}" for n in res["notes"]]
-    return out
-
-
-def fences_markdown(res: dict) -> list[str]:
-    lines = [f"## {res['name']} - {res['verdict']}", "", res["description"], "", f"*Stresses:* {res['stresses']}", "",
-             f"Machine: {_machine_line(res)}.", ""]
-    if res["reason"]:
-        return lines + [f"**{NOT_RUN}:** {res['reason']}", ""]
-    head, rows = _table(res)
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
-    lines += [f"- {x}" for x in _hunt_line(res)] + [""]
-    if res["notes"]:
-        lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]] + [""]
-    for what, title in (("examples", "**Forbidden outcomes with the shipped fences:**"), ("errors", "**Errors:**"), ("warnings", "Warnings:")):
-        if res[what]:
-            lines += [title, ""] + [f"- {e}" for e in res[what]] + [""]
-    return lines

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from .fences import fences_lines, fences_markdown
+from .fences_report import fences_lines, fences_markdown
 from .stats import LatencyHistogram, fmt_bytes, fmt_rate
 
 __all__ = ["summary_table", "write_outputs", "write_json", "write_markdown", "write_plots"]
@@ -76,10 +76,12 @@ def summary_table(suite: dict) -> str:
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
         out += ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows] + [""]
-    not_run = [f"{r['name']} NOT RUN" for r in suite["scenarios"] if r["verdict"] == "NOT RUN"]
+    other = [f"{r['name']} {r['verdict']}" for r in suite["scenarios"] if r["verdict"] in ("NOT RUN", "INCONCLUSIVE")]
     out.append(f"VERDICT: {suite['verdict']}  ({len(suite['scenarios'])} scenarios, {suite['wall_s']:.1f}s"
-               f"{'; ' + ', '.join(not_run) if not_run else ''})")
+               f"{'; ' + ', '.join(other) if other else ''})")
     for r in suite["scenarios"]:
+        if r["verdict"] == "INCONCLUSIVE":
+            out.append(f"  {r['name']}: INCONCLUSIVE: {r['reason']}")
         for what in ("errors", "examples"):
             for e in r[what][:10]:
                 out.append(f"  {r['name']}: {e}")

@@ -26,12 +26,12 @@ from multiprocessing.connection import wait as mp_wait
 
 from ..queue import MessageQueue
 from .checker import FAULT_KINDS, PayloadFactory, boundary_sizes
-from .fences import NOT_RUN, run_fences
+from .fences import FAIL, INCONCLUSIVE, NOT_RUN, PASS, run_fences
 from .reader import queue_kwargs, reader_main
 from .scenario import Scenario
 from .stats import CpuSegments, LatencyHistogram
 
-__all__ = ["run_scenario", "run_suite", "reader_main", "Progress"]
+__all__ = ["run_scenario", "run_suite", "suite_verdict", "reader_main", "Progress"]
 
 _SPAWN_ALLOWANCE = 20.0  # seconds for interpreter start-up and the handshake, on top of the plan
 
@@ -408,8 +408,22 @@ def _aggregate(sc, quick, duration, idle, fault, sent, seq, traffic_wall, timeli
     }
 
 
-def run_suite(scenarios: list[Scenario], *, quick: bool = False, scale: float = 1.0, progress: Progress | None = None, fault=None) -> dict:
-    """Run scenarios one after another; returns ``{"verdict", "scenarios": [...], ...}``."""
+def suite_verdict(verdicts: list[str]) -> str:
+    """FAIL if a scenario failed (or none ran), else INCONCLUSIVE if one was, else PASS. NOT RUN
+    (the fences scenario without the C extension or a second CPU) fails nothing; the summary says
+    it did not run and why."""
+    if not verdicts or any(v not in (PASS, NOT_RUN, INCONCLUSIVE) for v in verdicts):
+        return FAIL
+    return INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+
+
+def run_suite(scenarios: list[Scenario], *, quick: bool = False, scale: float = 1.0, progress: Progress | None = None, fault=None,
+              until_seen: float = 0.0) -> dict:
+    """Run scenarios one after another; returns ``{"verdict", "scenarios": [...], ...}``.
+
+    The verdict is FAIL if a scenario failed, else INCONCLUSIVE if one was (the ``fences``
+    scenario: an allowed control not seen), else PASS; NOT RUN fails nothing. ``until_seen``:
+    the ``fences`` scenario's ``--until-seen`` seconds."""
     import platform
 
     if progress is not None:
@@ -418,7 +432,7 @@ def run_suite(scenarios: list[Scenario], *, quick: bool = False, scale: float = 
     out = []
     for sc in scenarios:
         if sc.kind == "fences":
-            res = run_fences(sc, quick=quick, scale=scale, progress=progress)
+            res = run_fences(sc, quick=quick, scale=scale, progress=progress, until_seen=until_seen)
             out.append(res)
             if progress is not None:
                 progress.advance(sum(sc.plan(quick, scale)))
@@ -435,11 +449,8 @@ def run_suite(scenarios: list[Scenario], *, quick: bool = False, scale: float = 
                 f"p50 {lat['p50_us'] if lat['p50_us'] is not None else '-'} us  p99 {lat['p99_us'] if lat['p99_us'] is not None else '-'} us  "
                 f"({res['wall_s']:.1f}s)"
             )
-    # NOT RUN (the fences scenario without the C extension or a second CPU) does not fail the
-    # suite; the summary says it did not run and why.
-    verdict = "PASS" if out and all(r["verdict"] in ("PASS", NOT_RUN) for r in out) else "FAIL"
     return {
-        "verdict": verdict,
+        "verdict": suite_verdict([r["verdict"] for r in out]),
         "quick": quick,
         "scale": scale,
         "wall_s": round(time.monotonic() - t0, 2),

@@ -7,6 +7,9 @@ mode it is in ("busy" or "idle"), so a stress run can tell what a parked reader 
 nanosecond latencies: recording is O(1), the histograms of many readers merge by adding counts,
 and a histogram of millions of samples pickles to a few kilobytes, so readers can ship it to the
 parent. Minimum and maximum are exact; percentiles are within 1 % of the true value.
+
+:func:`iterations_for_power` says how many independent trials a run needs so that an event of a
+given per-trial rate is missed with at most a given probability (the ``fences`` scenario's power).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import math
 import resource
 import time
 
-__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_bytes", "fmt_rate"]
+__all__ = ["CpuSegments", "LatencyHistogram", "median", "fmt_bytes", "fmt_rate", "iterations_for_power", "MISS_PROBABILITY", "add_counts"]
+
+#: the chance of missing a broken fence that the ``fences`` scenario's power figures are for
+MISS_PROBABILITY = 1e-6
 
 _GROWTH = 1.01
 _K = 1.0 / math.log(_GROWTH)
@@ -127,6 +133,28 @@ def median(xs):
     if not n:
         return None
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def iterations_for_power(rate: float, miss: float = MISS_PROBABILITY) -> int | None:
+    """The fewest independent trials n with ``(1 - rate) ** n <= miss``: a run of n trials misses
+    an event of that per-trial rate with probability at most ``miss`` (about ``13.8 / rate`` for
+    1e-6). None for a rate of 0 (no number of trials is enough) or no rate."""
+    if rate is None or rate <= 0:
+        return None
+    if rate >= 1:
+        return 1
+    return max(1, math.ceil(math.log(miss) / math.log1p(-rate)))
+
+
+def add_counts(total: dict, r: dict) -> None:
+    """Add a job result's counts to ``total`` (flags or-ed, other values replaced), in place."""
+    for k, v in r.items():
+        if isinstance(v, bool):
+            total[k] = total.get(k, False) or v
+        elif isinstance(v, int) and k != "child_status":
+            total[k] = total.get(k, 0) + v
+        else:
+            total[k] = v
 
 
 def fmt_bytes(n) -> str:
