@@ -575,3 +575,20 @@ def test_a_tlc_run_past_its_timeout_is_stopped_after_its_thread_dump(tmp_path):
         assert stop_with_dump(p, grace=0.1) == "" and p.returncode == -9  # killed after the grace
     out = run_tlc(["sleep", "60"], tmp_path, timeout=0.5)
     assert out.code is None and not out.no_error, out  # stopped at its timeout: never a pass
+
+
+def test_every_ok_model_has_its_bounds_argued():
+    """Issue 37: a model can pass by its bounds alone (abort_code at N = 2 could not reach the
+    unsafe abort that N = 1 reaches). Every ``ok`` model is a row of spec/README.md's "Bounds"
+    table, which names a second configuration at other bounds or the small-scope argument that
+    covers it; a named second configuration is a model of the manifest."""
+    readme = (SPEC / "README.md").read_text()
+    table = readme[readme.index("## Bounds"):readme.index("## Running")]
+    rows = [line.split("|") for line in table.splitlines()[2:] if line.startswith("| `")][1:]  # not the header
+    argued = {n for row in rows for n in re.findall(r"`(\w+)`", row[1])}
+    named = {n for row in rows for n in re.findall(r"`(\w+)`", row[3])}
+    models = {m["name"]: m for m in manifest_models()}
+    missing = sorted(n for n, m in models.items() if m["expect"] == "ok" and n not in argued)
+    assert not missing, f"ok models without a row in spec/README.md's Bounds table: {missing}"
+    assert argued <= models.keys(), sorted(argued - models.keys())
+    assert {n for n in named if "_" in n} <= models.keys() | {"order_study"}, sorted(named - models.keys())
