@@ -26,7 +26,9 @@
 (*     message's payload names the slot its buffer was copied into,       *)
 (*   - the timed wake of a parked side (Timed) and a live reader judged    *)
 (*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
-(*     before it returns a copy, as ReaderEndpoint.receive does).         *)
+(*     before it returns a copy, as ReaderEndpoint.receive does; F8),     *)
+(*   - load buffering at the claim (LoadBuffering, F1), the overflow       *)
+(*     receive interrupted (RecvInt) and remote readers (Remote).          *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -243,8 +245,9 @@ LateAnnc   == MM = "RELAXED" /\ ~F6W
 \* loads it: only a reader judged dead while alive (FalseSuspect) does.
 EvMem      == FalseSuspect # {}
 \* RELAXED without F8: ReaderCheckEvicted's load may be satisfied before the
-\* copy's loads (after F4, which the copy follows): "copy_chk".
-EarlyCheck == MM = "RELAXED" /\ ~F8 /\ EvictCheck
+\* copy's loads (after F4, which the copy follows): "copy_chk".  (Only where
+\* the word is memory: elsewhere no live reader finds itself evicted.)
+EarlyCheck == MM = "RELAXED" /\ ~F8 /\ EvictCheck /\ EvMem
 \* RELAXED with load buffering and no F1: the claim's flag loads may return
 \* after the writer's next stores are visible (cpend, WriterClaimLoads).
 LateRingClaim == MM = "RELAXED" /\ LoadBuffering /\ ~F1
@@ -665,9 +668,11 @@ ReaderCopy(r) ==
 \* reader loads its state word in the reader table; if the writer evicted
 \* it, the copy is dropped and EvictedError raised (the reader reads no
 \* more).  _protocol_ring.c::reader_check_evicted, called by
-\* ReaderEndpoint.receive after copy_out and before the ack.  SC only (as
-\* every model with a live reader judged dead): on TSO the loads are in
-\* order; on relaxed memory it needs a fence between the copy and the load.
+\* ReaderEndpoint.receive after copy_out and before the ack.  On relaxed
+\* memory it needs a fence between the copy and the load (F8): without it
+\* (EarlyCheck) the load may come first, from "copy" to "copy_chk", and the
+\* copy after it.  The word is loaded from memory where a live reader may
+\* be evicted (EvMem), else the writer's record stands for it.
 ReaderCheckEvicted(r) ==
     /\ \/ pc[r] = "check"
        \/ pc[r] = "copy" /\ EarlyCheck     \* RELAXED, no F8: the load first

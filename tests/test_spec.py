@@ -306,7 +306,7 @@ def effective(c: dict[str, str]) -> dict[str, str]:
         drop.add("EvictSkipsFlag")
     if c["CrashSet"] == "{}" and c["FalseSuspect"] == "{}":
         drop |= {"Evict", "EvictCheck"}
-    if c["LoadBuffering"] != "TRUE":
+    if c.get("LoadBuffering") != "TRUE":
         drop |= {"F1", "AF1"}
     if c["FalseSuspect"] == "{}" or c["EvictCheck"] != "TRUE":
         drop.add("F8")
