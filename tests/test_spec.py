@@ -44,7 +44,7 @@ def run_tlc_py(*args, timeout=60):
 
 @pytest.mark.timeout(1560)
 def test_all_models_match_manifest(tlc):
-    # ~600 s on 2 idle cores (2 models at a time, about 1,150 s of TLC CPU); the suite's other
+    # ~660 s on 2 idle cores (2 models at a time, about 1,210 s of TLC CPU); the suite's other
     # worker shares the cores, so give it room: a model that hangs still fails at its own timeout
     r = run_tlc_py(timeout=1500)
     assert r.returncode == 0, f"tools/tlc.py failed:\n{r.stdout}\n{r.stderr}"
