@@ -952,7 +952,8 @@ ArenaClearReleased ==
 \* AFP: the slot's bytes and cleared flags before its written := 1.  The
 \* ring chunk naming the slot is written after this step (mslot), and the
 \* ring's F7 (F3 on the first lap) orders them before it: the code has no
-\* AFP (arena_ring_relaxed_no_afp and the code models are ok without it).
+\* AFP (the code models are ok without it; no model can fail without it: no
+\* reader loads a slot's written byte, docs/spec.md).
 \* arena.py::ArenaWriter._arena_publish
 ArenaPublish ==
     /\ pc[Wr] = "a_publish"
