@@ -29,6 +29,8 @@ OrderSendAfterPublish  == <<"clear_written", "payload", "clear_flags", "publish"
 \* ... or before the read flags are cleared (then no reader can see the
 \* marker before the payload is queued for it):
 OrderSendBeforeClear   == <<"clear_written", "payload", "send", "clear_flags", "publish">>
+\* ... and the remote (TCP) readers' send after the local publish (queue.py):
+OrderRemote == <<"clear_written", "payload", "send", "clear_flags", "publish", "remote">>
 
 \* Refinement of the abstract broadcast log (Broadcast.tla): the log is
 \* what the writer has written, a reader's cursor is what it delivered.

@@ -26,7 +26,9 @@
 (*     message's payload names the slot its buffer was copied into,       *)
 (*   - the timed wake of a parked side (Timed) and a live reader judged    *)
 (*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
-(*     before it returns a copy, as ReaderEndpoint.receive does).         *)
+(*     before it returns a copy, as ReaderEndpoint.receive does; F8),     *)
+(*   - load buffering at the claim (LoadBuffering, F1), the overflow       *)
+(*     receive interrupted (RecvInt) and remote readers (Remote).          *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -44,6 +46,15 @@ CONSTANTS
     TimeoutAnytime, \* a receive may time out although the payload is queued
     MM,             \* memory model: "SC" | "TSO" | "RELAXED"
     F2, F3, F4, F5, F6W, F6N, F7,  \* fences (TRUE = present), see README
+    F1,             \* the writer's claim fence after its flag loads
+                    \*   (WriterClaim); acts only with LoadBuffering
+    F8,             \* the reader's fence after the copy, before
+                    \*   ReaderCheckEvicted's load of its evicted word
+    LoadBuffering,  \* RELAXED: a load whose branch guards later stores may
+                    \*   return after those stores are visible (the control
+                    \*   dependency is not honoured), unless a fence (F1, AF1)
+                    \*   stands between them.  Arm and POWER keep the
+                    \*   dependency; the C abstract machine does not promise it
     Parking,        \* waiters really sleep on the eventcount (no spinning)
     Recheck,        \* the eventcount waiter re-checks after announcing
     Spin,           \* with Parking: a failed look may be repeated before
@@ -52,9 +63,12 @@ CONSTANTS
     Evict,          \* the writer evicts a dead reader it waits for
     EvictSkipsFlag, \* after eviction the writer no longer clears its flag
     Abort,          \* an exception may end the writer's enqueue mid-message:
-                    \*   "none" | "code" (endpoint.py's rule: drop the message
-                    \*   only while nothing of it left the process, else
-                    \*   finish it) | "drop" (always drop it: the old code)
+                    \*   "none" | "code" (the code's rule since issue 37:
+                    \*   drop the message only while nothing of it left the
+                    \*   process and no read flag of its chunk is cleared:
+                    \*   FlagOut; else finish it) | "unsent" (issue 24's
+                    \*   rule: drop while nothing left the process, flags
+                    \*   cleared or not) | "drop" (always drop it: before 24)
     S,              \* tensor arena slots (0: no arena); every message has one
                     \*   large buffer, placed in a free slot or sent inline
     AFP, AF5,       \* arena fences: before the slot's written := 1
@@ -71,8 +85,19 @@ CONSTANTS
                     \*   cap (ParkTimeout), no wake needed
     FalseSuspect,   \* live readers the writer's liveness check may judge
                     \*   dead (another PID namespace): evicted while alive
-    EvictCheck      \* a reader loads its evicted word after the copy and
+    EvictCheck,     \* a reader loads its evicted word after the copy and
                     \*   drops the copy if set (the code: ReaderEndpoint.receive)
+    RecvInt,        \* an exception may interrupt the reader's overflow
+                    \*   receive after the payload left the socket, before the
+                    \*   reader's bookkeeping (owed) is cleared: "none" |
+                    \*   "unsafe" (the next receive takes the next payload for
+                    \*   the old marker) | "seq" (markers and payloads carry
+                    \*   the message's number; a payload whose number is not
+                    \*   the marker's is refused: the reader raises, "refused")
+    Remote          \* remote (TCP) readers: "none" | "owed" (the send after
+                    \*   publish, Order's "remote" step; an exception there
+                    \*   leaves it owed, the next publish sends it first) |
+                    \*   "unowed" (an exception there loses it: before 37)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -80,7 +105,7 @@ Wr      == NR                   \* process id of the writer
 Procs   == 0 .. NR              \* readers and the writer
 Msgs    == 1 .. M
 Slots   == 1 .. S
-Steps   == {"clear_written", "payload", "clear_flags", "publish", "send"}
+Steps   == {"clear_written", "payload", "clear_flags", "publish", "send", "remote"}
 
 ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ Order \in Seq(Steps) /\ Len(Order) > 0
@@ -93,10 +118,13 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
                     F4, F5, F6W, F6N, F7, Parking, Recheck, Spin, Evict,
                     EvictSkipsFlag} : b \in BOOLEAN
        /\ CrashSet \subseteq 0 .. NR - 1
-       /\ FalseSuspect # {} => MM = "SC"
-       /\ Abort \in {"none", "code", "drop"}
+       /\ FalseSuspect # {} => MM # "TSO"
+       /\ Abort \in {"none", "code", "unsent", "drop"}
        /\ S \in Nat /\ (S > 0 => Abort = "none" /\ Big = {})
-       /\ \A b \in {AFP, AF5, AF1, Timed, EvictCheck} : b \in BOOLEAN
+       /\ \A b \in {AFP, AF5, AF1, Timed, EvictCheck, F1, F8, LoadBuffering} : b \in BOOLEAN
+       /\ RecvInt \in {"none", "unsafe", "seq"} /\ Remote \in {"none", "owed", "unowed"}
+       /\ Remote # "none" => ~Parking /\ S = 0
+       /\ ("remote" \in {Order[k] : k \in 1 .. Len(Order)}) <=> Remote # "none"
        /\ CloseSet \subseteq Readers
        /\ FalseSuspect \subseteq Readers /\ (FalseSuspect # {} => Evict)
 
@@ -107,6 +135,7 @@ DAddr(c)    == <<"D", c, -1>>     \* payload of chunk c
 AWAddr(s)   == <<"AW", s, -1>>    \* arena: written byte of slot s
 ARAddr(s, r) == <<"AR", s, r>>    \* arena: released byte of reader r in slot s
 ADAddr(s)   == <<"AD", s, -1>>    \* arena: the bytes of slot s
+EVAddr(r)   == <<"E", r, -1>>     \* reader r's state word (evicted) in the reader table
 
 (* Payload values: 0 = zero-filled memory, m = message m, -m = message m   *)
 (* half written (torn).  Byte 0 of a payload is the overflow marker, which *)
@@ -164,10 +193,21 @@ VARIABLES
     vbad,      \* a view's read returned bytes of another message (history)
     cp,        \* [Readers -> Int] with EvictCheck: the value copied, not
                \*   yet delivered (0: none)
-    apend      \* the slot of an arena claim whose flag loads have not
+    apend,     \* the slot of an arena claim whose flag loads have not
                \*   returned yet (0: none; RELAXED without AF1 only)
+    evw,       \* [Readers -> {0,1}] memory: each reader's state word, 1 =
+               \*   evicted (stored only where a live reader loads it:
+               \*   FalseSuspect # {}; else the writer's knowledge, evicted)
+    cpend,     \* the ring claim's flag loads have not returned yet
+               \*   (RELAXED, LoadBuffering without F1 only)
+    mkn,       \* [Readers -> 0..M] with RecvInt = "seq": the number of the
+               \*   marker the reader copied (0: none)
+    rsent,     \* Seq(Msgs): what the writer sent its remote readers (TCP,
+               \*   reliable and in order: what each remote reader receives)
+    rowed      \* with Remote = "owed": a published message whose remote
+               \*   send an exception cut short (0: none)
 
-amem   == <<aw, arel, adata>>
+amem   == <<aw, arel, adata, evw>>
 mem    == <<written, rflag, data, amem>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
@@ -175,7 +215,8 @@ hvars  == <<recv, sent>>
 evars  == <<waiters, moved, annc, rechk>>
 xvars  == <<alive, evicted, dropped>>
 avars  == <<aslot, mslot, views, vbad, cp, apend>>
-vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars, avars>>
+nvars  == <<cpend, mkn, rsent, rowed>>
+vars   == <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, xvars, avars, nvars>>
 
 \* A view is "held" (alive, its bytes not read yet), "read" (read, not yet
 \* released) or "late" (RELAXED without AF5: its release store is issued
@@ -200,6 +241,16 @@ ViewSt == {"held", "read", "late"}
 WinOn      == MM = "RELAXED" /\ ~F4
 EarlyAck   == MM = "RELAXED" /\ ~F5
 LateAnnc   == MM = "RELAXED" /\ ~F6W
+\* The reader's state word is memory (a store, a load) where a live reader
+\* loads it: only a reader judged dead while alive (FalseSuspect) does.
+EvMem      == FalseSuspect # {}
+\* RELAXED without F8: ReaderCheckEvicted's load may be satisfied before the
+\* copy's loads (after F4, which the copy follows): "copy_chk".  (Only where
+\* the word is memory: elsewhere no live reader finds itself evicted.)
+EarlyCheck == MM = "RELAXED" /\ ~F8 /\ EvictCheck /\ EvMem
+\* RELAXED with load buffering and no F1: the claim's flag loads may return
+\* after the writer's next stores are visible (cpend, WriterClaimLoads).
+LateRingClaim == MM = "RELAXED" /\ LoadBuffering /\ ~F1
 
 \* The two eventcounts: EC(p) is the one p parks on, NEC(p) the one p
 \* notifies after its publish (writer) or ack (reader).
@@ -214,6 +265,7 @@ MemVal(a) == CASE a[1] = "W" -> written[a[2]]
                [] a[1] = "AW" -> aw[a[2]]
                [] a[1] = "AR" -> arel[a[2]][a[3]]
                [] a[1] = "AD" -> adata[a[2]]
+               [] a[1] = "E" -> evw[a[2]]
 
 Load(p, a) ==
     LET pend == SelectSeq(sb[p], LAMBDA e : e[1] = a)
@@ -227,7 +279,7 @@ WinAdd(c, v) ==
     IF WinOn
     THEN win' = [r \in Readers |->
                    IF /\ i[r] = c
-                      /\ \/ pc[r] \in {"load_r", "copy"}
+                      /\ \/ pc[r] \in {"load_r", "copy", "copy_chk"}
                          \/ pc[r] = "park_retire" /\ rechk[r]
                    THEN win[r] \cup {v} ELSE win[r]]
     ELSE UNCHANGED win
@@ -241,6 +293,7 @@ Apply(a, v) ==
     /\ aw'      = IF a[1] = "AW" THEN [aw EXCEPT ![a[2]] = v] ELSE aw
     /\ arel'    = IF a[1] = "AR" THEN [arel EXCEPT ![a[2]][a[3]] = v] ELSE arel
     /\ adata'   = IF a[1] = "AD" THEN [adata EXCEPT ![a[2]] = v] ELSE adata
+    /\ evw'     = IF a[1] = "E" THEN [evw EXCEPT ![a[2]] = v] ELSE evw
     /\ IF a[1] = "D" THEN WinAdd(a[2], v) ELSE UNCHANGED win
 
 \* Process p stores v at a (primes written, rflag, data, win, sb).
@@ -316,7 +369,7 @@ WNextStep ==
 \* _protocol.c::_WriterSteps._writer_claim
 WriterClaim ==
     /\ pc[Wr] = "claim"
-    /\ msg <= M
+    /\ msg <= M /\ rowed = 0
     /\ IF rechk[Wr]           \* ParkRecheck's load: retire (and go on), or sleep
        THEN /\ pc' = [pc EXCEPT ![Wr] = IF Claimable THEN "park_retire"
                                                     ELSE "park_sleep"]
@@ -330,6 +383,33 @@ WriterClaim ==
             /\ pc' = [pc EXCEPT ![Wr] = "park_snap"]
             /\ UNCHANGED <<wk, wr, rechk>>
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc>>
+
+\* LateRingClaim (RELAXED, LoadBuffering, no F1): the claim's flag loads have
+\* not returned when the writer goes on with its stores (load buffering: the
+\* branch's control dependency not honoured, no fence after the loads), so
+\* it goes on with a chunk that is not claimable yet; WriterClaimLoads lets
+\* the loads return, seeing every read flag 1.  They return before the
+\* writer's first read-flag clear (the same addresses: WriterClearReadFlag
+\* waits for them), a subset of the machine's behaviours that is enough:
+\* the written byte's and the payload's stores may be visible before them.
+\* A late claim whose loads would see a flag 0 never happened (a behaviour
+\* stuck here is not the machine's; the invariants hold only outside it).
+\* (the hardware's side of WriterClaim: no code counterpart)
+WriterClaimLate ==
+    /\ LateRingClaim /\ pc[Wr] = "claim" /\ ~rechk[Wr]
+    /\ msg <= M /\ rowed = 0 /\ ~Claimable
+    /\ cpend' = TRUE
+    /\ wk' = 1 /\ wr' = 0
+    /\ pc' = [pc EXCEPT ![Wr] = Order[1]]
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, evars, mkn, rsent, rowed>>
+
+\* Hardware (LateRingClaim only): the late claim's flag loads return, and
+\* they see every read flag of the chunk 1.
+WriterClaimLoads ==
+    /\ cpend
+    /\ \A r \in Readers : Load(Wr, RAddr(w, r)) = 1
+    /\ cpend' = FALSE
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, mkn, rsent, rowed>>
 
 \* _protocol.c::_WriterSteps._writer_clear_written
 WriterClearWritten ==
@@ -360,7 +440,7 @@ WriterWritePayload ==
 \* _protocol.c::_WriterSteps._writer_clear_read_flag
 WriterClearReadFlag ==
     /\ pc[Wr] = "clear_flags"
-    /\ WFenceOK
+    /\ WFenceOK /\ ~cpend
     /\ IF EvictSkipsFlag /\ wr \in evicted        \* an evicted reader's flag
        THEN UNCHANGED <<written, rflag, data, amem, win, sb>>   \* stays 1
        ELSE Store(Wr, RAddr(w, wr), 0)            \* one reader byte per step
@@ -390,12 +470,15 @@ WriterEvict ==
           /\ ~alive[r] \/ r \in FalseSuspect
           /\ r \notin evicted
           /\ Parking => Load(Wr, RAddr(w, r)) = 0
+          \* the state word first (EvMem: a live reader may load it), then the flags
           /\ IF MM = "SC"
-             THEN rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]] /\ UNCHANGED sb
-             ELSE /\ sb' = [sb EXCEPT ![Wr] = @ \o [k \in 1 .. N |-> <<RAddr(k - 1, r), 1>>]]
-                  /\ UNCHANGED rflag
+             THEN /\ rflag' = [c \in Chunks |-> [rflag[c] EXCEPT ![r] = 1]] /\ UNCHANGED sb
+                  /\ evw' = IF EvMem THEN [evw EXCEPT ![r] = 1] ELSE evw
+             ELSE /\ sb' = [sb EXCEPT ![Wr] = @ \o (IF EvMem THEN <<<<EVAddr(r), 1>>>> ELSE << >>)
+                                             \o [k \in 1 .. N |-> <<RAddr(k - 1, r), 1>>]]
+                  /\ UNCHANGED <<rflag, evw>>
           /\ evicted' = evicted \cup {r}
-    /\ UNCHANGED <<written, data, amem, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
+    /\ UNCHANGED <<written, data, aw, arel, adata, pc, wvars, rvars, hvars, fifo, evars, alive, dropped>>
 
 \* Environment: reader r's process dies (SIGKILL) wherever it is; it never
 \* takes another step (no code counterpart).
@@ -404,7 +487,7 @@ ReaderCrash(r) ==
     /\ alive' = [alive EXCEPT ![r] = FALSE]
     /\ views' = [views EXCEPT ![r] = {}]       \* its views die with it
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped,
-                   aslot, mslot, vbad, cp, apend>>
+                   aslot, mslot, vbad, cp, apend, nvars>>
 
 \* endpoint.py::WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
@@ -423,9 +506,28 @@ WriterPublish ==
     /\ WNextStep
     /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
 
+\* Step s of Order is behind the writer (for the current message).
+Done(s) == \E k \in 1 .. wk - 1 : Order[k] = s
+
 \* The current message's overflow payload is on the socket: it overflows and
 \* its "send" step is behind the writer.
-PayloadOut == msg \in Big /\ \E k \in 1 .. wk - 1 : Order[k] = "send"
+PayloadOut == msg \in Big /\ Done("send")
+
+\* A read flag of the current message's chunk is cleared (FlagOut): a
+\* WriterClearReadFlag of this message stored a 0 (an evicted reader's step
+\* with EvictSkipsFlag stores nothing).  From here a reader that loaded the
+\* chunk's old written = 1 may pass its check and copy the chunk.
+FlagOut ==
+    LET upto == IF Done("clear_flags") THEN NR
+                ELSE IF pc[Wr] = "clear_flags" THEN wr ELSE 0
+    IN  \E r \in 0 .. upto - 1 : ~(EvictSkipsFlag /\ r \in evicted)
+
+\* The rule that decides whether an exception may drop the current message.
+Droppable ==
+    CASE Abort = "drop"   -> TRUE
+      [] Abort = "unsent" -> ~PayloadOut /\ ~Done("publish")
+      [] Abort = "code"   -> ~PayloadOut /\ ~Done("publish") /\ ~FlagOut
+      [] OTHER            -> FALSE
 
 \* An exception ends the writer's enqueue where it stands: a timeout or
 \* shutdown() while it waits for a chunk (the wait loop raises at its top,
@@ -438,17 +540,23 @@ PayloadOut == msg \in Big /\ \E k \in 1 .. wk - 1 : Order[k] = "send"
 \*     went out on the socket (an orphan the next marker pairs with: the
 \*     must-fail model abort_drop_after_send), and a published message's
 \*     NotifyLoadWaiters/NotifyWake is skipped.
-\*   "code": endpoint.py::WriterEndpoint.publish: dropped only while nothing
-\*     of it left the process.  Once its payload is out (PayloadOut) or it is
-\*     published, the exception handler finishes it (clear flags, publish,
-\*     notify), and if the handler is interrupted too, the next publish
-\*     finishes it first: the writer's own steps, later, so no action here.
+\*   "unsent": issue 24's rule: dropped only while nothing of it left the
+\*     process.  Once its payload is out (PayloadOut) or it is published,
+\*     the exception handler finishes it (clear flags, publish, notify), and
+\*     if the handler is interrupted too, the next publish finishes it
+\*     first: the writer's own steps, later, so no action here.  Unsafe: a
+\*     read flag already cleared lets a reader that loaded the old written
+\*     = 1 copy the chunk while the next message is written into it (the
+\*     must-fail model abort_unsent_n1: NoDataRace).
+\*   "code": endpoint.py::WriterEndpoint.publish since issue 37: as
+\*     "unsent", and once a read flag is cleared (FlagOut) it is finished
+\*     too.
 \* (no code counterpart: the exception's path through endpoint.py)
 WriterAbort ==
-    /\ Abort # "none"
+    /\ Abort # "none" /\ ~cpend
     /\ \/ /\ msg <= M
           /\ \/ pc[Wr] = "claim" /\ ~rechk[Wr]
-             \/ pc[Wr] \in Steps \cup {"payload_end"} /\ (Abort = "drop" \/ ~PayloadOut)
+             \/ pc[Wr] \in (Steps \ {"remote"}) \cup {"payload_end"} /\ Droppable
           /\ msg' = msg + 1
           /\ dropped' = dropped \cup {msg}
           /\ sent' = IF sent # << >> /\ sent[Len(sent)] = msg
@@ -458,7 +566,35 @@ WriterAbort ==
           /\ pc' = [pc EXCEPT ![Wr] = AfterNotify(Wr)]
           /\ UNCHANGED <<msg, dropped, sent>>
     /\ wk' = 0 /\ wr' = 0
-    /\ UNCHANGED <<mem, sb, w, rvars, recv, fifo, evars, alive, evicted>>
+    /\ UNCHANGED <<mem, sb, w, rvars, recv, fifo, evars, alive, evicted, nvars>>
+
+\* Remote readers (Remote # "none"): the writer sends each published message
+\* on the TCP socket (queue.py::MessageQueue.enqueue, after the local publish
+\* and wake; here the step after WriterPublish: the remote models do not park).
+\* (no step point: queue.py's remote_socket.send_multipart)
+WriterRemoteSend ==
+    /\ pc[Wr] = "remote"
+    /\ rsent' = Append(rsent, msg)
+    /\ WNextStep
+    /\ UNCHANGED <<mem, sb, wr, rvars, hvars, fifo, evars, cpend, mkn, rowed>>
+
+\* An exception ends the enqueue at its remote send (the message is
+\* published: it is not dropped).  "owed": the send is left owed (rowed) and
+\* the next publish sends it first (WriterRemoteOwed); "unowed": it is lost.
+WriterRemoteAbort ==
+    /\ Abort # "none" /\ pc[Wr] = "remote"
+    /\ rowed' = IF Remote = "owed" THEN msg ELSE 0
+    /\ wk' = 0 /\ w' = (w + 1) % N /\ msg' = msg + 1
+    /\ pc' = [pc EXCEPT ![Wr] = IF msg + 1 > M THEN "done" ELSE WTop]
+    /\ UNCHANGED <<mem, sb, wr, rvars, hvars, fifo, evars, cpend, mkn, rsent>>
+
+\* The next publish first sends the remote message an exception left owed
+\* (an exception in here leaves it owed: WriterAbort at the claim).
+WriterRemoteOwed ==
+    /\ pc[Wr] = "claim" /\ ~rechk[Wr] /\ rowed # 0 /\ msg <= M
+    /\ rsent' = Append(rsent, rowed)
+    /\ rowed' = 0
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, cpend, mkn>>
 
 -----------------------------------------------------------------------------
 (********************************* readers *********************************)
@@ -499,52 +635,66 @@ ReaderLoadReadFlag(r) ==
 Deliver(r, v) ==
     /\ ncopied' = [ncopied EXCEPT ![r] = @ + 1]
     /\ IF Marker(v) = 1
-       THEN mk' = [mk EXCEPT ![r] = TRUE] /\ UNCHANGED recv
-       ELSE recv' = [recv EXCEPT ![r] = Append(@, v)] /\ UNCHANGED mk
+       THEN /\ mk' = [mk EXCEPT ![r] = TRUE] /\ UNCHANGED recv
+            /\ mkn' = IF RecvInt = "seq" THEN [mkn EXCEPT ![r] = v] ELSE mkn
+       ELSE recv' = [recv EXCEPT ![r] = Append(@, v)] /\ UNCHANGED <<mk, mkn>>
     /\ views' = IF v \in Msgs /\ S > 0 /\ mslot[v] > 0
                 THEN [views EXCEPT ![r] = @ \cup {<<mslot[v], v, "held">>}]
                 ELSE views
+
+\* Reader r finds itself evicted: its state word (where a live reader loads
+\* it, EvMem), else the writer's own record.
+Evd(r) == IF EvMem THEN Load(r, EVAddr(r)) = 1 ELSE r \in evicted
 
 AfterAck(r) == IF Parking THEN "notify_load" ELSE AfterNotify(r)
 
 \* With EvictCheck the copy is kept (cp) until ReaderCheckEvicted.
 \* _protocol.c::_ReaderSteps._reader_copy
 ReaderCopy(r) ==
-    /\ pc[r] \in {"copy", "copy_late"}
+    /\ pc[r] \in {"copy", "copy_late", "copy_chk"}
     /\ \E v \in (IF WinOn THEN win[r] ELSE {}) \cup {data[i[r]]} :
-          IF EvictCheck
-          THEN cp' = [cp EXCEPT ![r] = v] /\ UNCHANGED <<ncopied, mk, recv, views>>
+          IF EvictCheck /\ pc[r] # "copy_chk"
+          THEN cp' = [cp EXCEPT ![r] = v] /\ UNCHANGED <<ncopied, mk, recv, views, mkn>>
           ELSE Deliver(r, v) /\ UNCHANGED cp
-    /\ IF pc[r] = "copy"
-       THEN pc' = [pc EXCEPT ![r] = IF EvictCheck THEN "check" ELSE "ack"] /\ UNCHANGED i
+    /\ IF pc[r] \in {"copy", "copy_chk"}
+       THEN pc' = [pc EXCEPT ![r] = IF EvictCheck /\ pc[r] = "copy" THEN "check" ELSE "ack"]
+            /\ UNCHANGED i
        ELSE /\ i' = [i EXCEPT ![r] = (@ + 1) % N]    \* acked already
             /\ pc' = [pc EXCEPT ![r] = AfterAck(r)]
-    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend>>
+    /\ UNCHANGED <<mem, sb, wvars, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend,
+                   cpend, rsent, rowed>>
 
 \* EvictCheck (the code): after the copy and before it is returned, the
 \* reader loads its state word in the reader table; if the writer evicted
 \* it, the copy is dropped and EvictedError raised (the reader reads no
 \* more).  _protocol_ring.c::reader_check_evicted, called by
-\* ReaderEndpoint.receive after copy_out and before the ack.  SC only (as
-\* every model with a live reader judged dead): on TSO the loads are in
-\* order; on relaxed memory it needs a fence between the copy and the load.
+\* ReaderEndpoint.receive after copy_out and before the ack.  On relaxed
+\* memory it needs a fence between the copy and the load (F8): without it
+\* (EarlyCheck) the load may come first, from "copy" to "copy_chk", and the
+\* copy after it.  The word is loaded from memory where a live reader may
+\* be evicted (EvMem), else the writer's record stands for it.
 ReaderCheckEvicted(r) ==
-    /\ pc[r] = "check"
-    /\ IF r \in evicted
+    /\ \/ pc[r] = "check"
+       \/ pc[r] = "copy" /\ EarlyCheck     \* RELAXED, no F8: the load first
+    /\ IF Evd(r)
        THEN /\ pc' = [pc EXCEPT ![r] = "gone"]
-            /\ UNCHANGED <<ncopied, mk, recv, views>>
+            /\ UNCHANGED <<ncopied, mk, recv, views, mkn>>
+       ELSE IF pc[r] = "copy"
+       THEN /\ pc' = [pc EXCEPT ![r] = "copy_chk"]
+            /\ UNCHANGED <<ncopied, mk, recv, views, mkn>>
        ELSE /\ Deliver(r, cp[r])
             /\ pc' = [pc EXCEPT ![r] = "ack"]
     /\ cp' = [cp EXCEPT ![r] = 0]
-    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend>>
+    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, sent, fifo, evars, aslot, mslot, vbad, apend,
+                   cpend, rsent, rowed>>
 
 \* A parked reader's on_idle (endpoint.py ReaderEndpoint._idle, at the top of
 \* each round of the park loop) finds itself evicted and raises EvictedError: it
 \* reads no more (its views stay alive).
 ReaderQuit(r) ==
-    /\ pc[r] = "park_snap" /\ r \in evicted
+    /\ pc[r] = "park_snap" /\ Evd(r)
     /\ pc' = [pc EXCEPT ![r] = "gone"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, avars>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, avars, nvars>>
 
 \* _protocol.c::_ReaderSteps._reader_ack
 ReaderAck(r) ==
@@ -563,10 +713,22 @@ ReaderAck(r) ==
 ReaderRecvOverflow(r) ==
     /\ pc[r] \in {"recv", "owed"}
     /\ \/ /\ fifo[r] # << >>                    \* receive the payload
+          /\ RecvInt = "seq" => Head(fifo[r]) = mkn[r]
           /\ recv' = [recv EXCEPT ![r] = Append(@, Head(fifo[r]))]
           /\ fifo' = [fifo EXCEPT ![r] = Tail(@)]
           /\ mk'   = [mk EXCEPT ![r] = FALSE]
           /\ pc'   = [pc EXCEPT ![r] = "load_w"]
+          /\ mkn'  = IF RecvInt = "seq" THEN [mkn EXCEPT ![r] = 0] ELSE mkn
+       \/ /\ fifo[r] # << >> /\ RecvInt # "none"  \* interrupted: the payload left
+          /\ fifo' = [fifo EXCEPT ![r] = Tail(@)]  \* the socket, owed is still set
+          /\ pc'   = [pc EXCEPT ![r] = "owed"]
+          /\ mk'   = [mk EXCEPT ![r] = FALSE]
+          /\ UNCHANGED <<recv, mkn>>
+       \/ /\ fifo[r] # << >> /\ RecvInt = "seq"   \* a payload not the marker's:
+          /\ Head(fifo[r]) # mkn[r]                \* refused, the reader raises
+          /\ fifo' = [fifo EXCEPT ![r] = Tail(@)]
+          /\ pc'   = [pc EXCEPT ![r] = "refused"]
+          /\ UNCHANGED <<recv, mk, mkn>>
        \/ /\ pc[r] = "recv"                     \* the receive times out
           /\ RecvMode # "block"
           /\ TimeoutAnytime \/ fifo[r] = << >>
@@ -574,8 +736,8 @@ ReaderRecvOverflow(r) ==
           /\ pc' = [pc EXCEPT ![r] = IF RecvMode = "owed"
                                      THEN "owed"      \* payload still owed
                                      ELSE "load_w"]   \* broken: gives up
-          /\ UNCHANGED <<recv, fifo>>
-    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, ncopied, sent, evars>>
+          /\ UNCHANGED <<recv, fifo, mkn>>
+    /\ UNCHANGED <<mem, sb, wvars, i, seen, win, ncopied, sent, evars, cpend, rsent, rowed>>
 
 -----------------------------------------------------------------------------
 (************************* eventcount (waiting.py) *************************)
@@ -586,7 +748,7 @@ ReaderRecvOverflow(r) ==
 OnIdleDue(p) ==
     IF p = Wr
     THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ Load(Wr, RAddr(w, r)) = 0
-    ELSE p \in evicted
+    ELSE Evd(p)
 
 \* _protocol.c::EventCount._park_snapshot
 ParkSnapshot(p) ==
@@ -708,9 +870,10 @@ DeadHolders == {r \in Readers : (~alive[r] \/ r \in FalseSuspect)
 WUnchanged0 == UNCHANGED <<w, msg, wk, i, seen, mk, ncopied, hvars, fifo, evars, views, vbad, cp>>
 WUnchanged == WUnchanged0 /\ UNCHANGED apend
 
-\* RELAXED without AF1: the claim's loads may return after its later stores
-\* are visible (no fence, and the branch's control dependency not honoured).
-LateClaim == MM = "RELAXED" /\ ~AF1
+\* RELAXED with LoadBuffering, without AF1: the claim's loads may return
+\* after its later stores are visible (no fence, and the branch's control
+\* dependency not honoured).
+LateClaim == MM = "RELAXED" /\ LoadBuffering /\ ~AF1
 
 \* LateClaim: the writer may go on with a slot that is not free yet, its loads
 \* still to return (apend); ArenaClaimLoads below lets them return free.
@@ -749,7 +912,7 @@ ArenaReclaimDead ==
                          [k \in 1 .. NR * S |-> <<ARAddr(((k - 1) % S) + 1, (k - 1) \div S), 1>>],
                          LAMBDA e : e[1][3] \in DeadHolders)]
             /\ UNCHANGED arel
-    /\ UNCHANGED <<written, rflag, data, aw, adata, pc, wr, win, aslot, mslot>> /\ WUnchanged
+    /\ UNCHANGED <<written, rflag, data, aw, adata, evw, pc, wr, win, aslot, mslot>> /\ WUnchanged
 
 \* arena.py::ArenaWriter._arena_fallback
 ArenaFallback ==
@@ -789,7 +952,8 @@ ArenaClearReleased ==
 \* AFP: the slot's bytes and cleared flags before its written := 1.  The
 \* ring chunk naming the slot is written after this step (mslot), and the
 \* ring's F7 (F3 on the first lap) orders them before it: the code has no
-\* AFP (arena_ring_relaxed_no_afp and the code models are ok without it).
+\* AFP (the code models are ok without it; no model can fail without it: no
+\* reader loads a slot's written byte, docs/spec.md).
 \* arena.py::ArenaWriter._arena_publish
 ArenaPublish ==
     /\ pc[Wr] = "a_publish"
@@ -841,7 +1005,7 @@ ReaderClose(r) ==
            free == SelectSeq([k \in 1 .. S |-> k], LAMBDA s : ~held(s))
        IN IF MM = "SC"
           THEN /\ arel' = [s \in Slots |-> IF held(s) THEN arel[s] ELSE [arel[s] EXCEPT ![r] = 1]]
-               /\ UNCHANGED <<written, rflag, data, aw, adata, win, sb>>
+               /\ UNCHANGED <<written, rflag, data, aw, adata, evw, win, sb>>
           ELSE /\ sb' = [sb EXCEPT ![r] = @ \o [k \in 1 .. Len(free) |-> <<ARAddr(free[k], r), 1>>]]
                /\ UNCHANGED <<mem, win>>
     /\ pc' = [pc EXCEPT ![r] = "closed"]
@@ -864,16 +1028,19 @@ Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
 WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
                     \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
                     \/ Park(Wr)
+                 /\ UNCHANGED <<xvars, avars, nvars>>
+              \/ /\ \/ WriterClaimLate \/ WriterClaimLoads
+                    \/ WriterRemoteSend \/ WriterRemoteAbort \/ WriterRemoteOwed
                  /\ UNCHANGED <<xvars, avars>>
-              \/ WriterEvict /\ UNCHANGED avars
+              \/ WriterEvict /\ UNCHANGED <<avars, nvars>>
               \/ WriterAbort /\ UNCHANGED avars
-              \/ ArenaWriterStep /\ UNCHANGED xvars
+              \/ ArenaWriterStep /\ UNCHANGED <<xvars, nvars>>
 
 \* A dead reader takes no step.
 ReaderStep(r) == /\ alive[r]
                  /\ \/ /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
                           \/ ReaderAck(r) \/ Park(r)
-                       /\ UNCHANGED avars
+                       /\ UNCHANGED <<avars, nvars>>
                     \/ ReaderCopy(r) \/ ReaderCheckEvicted(r) \/ ReaderQuit(r)
                  /\ UNCHANGED xvars
 
@@ -883,7 +1050,7 @@ ReaderRecv(r) == alive[r] /\ ReaderRecvOverflow(r) /\ UNCHANGED <<xvars, avars>>
 \* live for ever), and the reader closing its queue.
 ReaderArena(r) == /\ alive[r]
                   /\ ViewRead(r) \/ ArenaRelease(r) \/ ReaderClose(r)
-                  /\ UNCHANGED xvars
+                  /\ UNCHANGED <<xvars, nvars>>
 
 Init ==
     /\ written = [c \in Chunks |-> InitWritten]
@@ -917,18 +1084,23 @@ Init ==
     /\ vbad    = FALSE
     /\ cp      = [r \in Readers |-> 0]
     /\ apend   = 0
+    /\ evw     = [r \in Readers |-> 0]
+    /\ cpend   = FALSE
+    /\ mkn     = [r \in Readers |-> 0]
+    /\ rsent   = << >>
+    /\ rowed   = 0
 
 Next ==
     \/ WriterStep
     \/ \E r \in Readers : ReaderStep(r) \/ ReaderRecv(r) \/ ReaderCrash(r)
     \/ \E r \in Readers : ReaderArena(r)
-    \/ \E p \in Procs : Drain(p) /\ UNCHANGED <<xvars, avars>>
+    \/ \E p \in Procs : Drain(p) /\ UNCHANGED <<xvars, avars, nvars>>
     \/ Finished
 
 Fairness ==
     /\ WF_vars(WriterStep)
     /\ \A r \in Readers : WF_vars(ReaderStep(r)) /\ WF_vars(ReaderRecv(r))
-    /\ \A p \in Procs : WF_vars(Drain(p) /\ UNCHANGED <<xvars, avars>>)
+    /\ \A p \in Procs : WF_vars(Drain(p) /\ UNCHANGED <<xvars, avars, nvars>>)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
@@ -939,7 +1111,8 @@ PcVals == {"claim", "done", "payload_end", "load_w", "load_r", "copy",
            "copy_late", "ack", "recv", "owed", "park_snap", "park_announce",
            "park_recheck", "park_sleep", "park_retire", "notify_load",
            "notify_wake", "a_claim", "a_clear_written", "a_write",
-           "a_clear_released", "a_publish", "check", "gone", "closed"} \cup Steps
+           "a_clear_released", "a_publish", "check", "gone", "closed",
+           "copy_chk", "refused"} \cup Steps
 Val  == -M .. M
 
 TypeOK ==
@@ -947,7 +1120,7 @@ TypeOK ==
     /\ rflag \in [Chunks -> [Readers -> {0, 1}]]
     /\ data \in [Chunks -> Val]
     /\ \A p \in Procs : \A k \in 1 .. Len(sb[p]) :
-           sb[p][k][1][1] \in {"W", "R", "D", "AW", "AR", "AD"} /\ sb[p][k][2] \in Val
+           sb[p][k][1][1] \in {"W", "R", "D", "AW", "AR", "AD", "E"} /\ sb[p][k][2] \in Val
     /\ pc \in [Procs -> PcVals]
     /\ w \in Chunks /\ msg \in 1 .. M + 1 /\ wk \in 0 .. Len(Order)
     /\ wr \in Readers
@@ -966,6 +1139,8 @@ TypeOK ==
     /\ adata \in [Slots -> 0 .. M] /\ aslot \in 0 .. S /\ mslot \in [Msgs -> 0 .. S]
     /\ views \in [Readers -> SUBSET (Slots \X Msgs \X ViewSt)]
     /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val] /\ apend \in 0 .. S
+    /\ evw \in [Readers -> {0, 1}] /\ cpend \in BOOLEAN /\ mkn \in [Readers -> 0 .. M]
+    /\ rsent \in Seq(Msgs) /\ rowed \in 0 .. M
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -980,8 +1155,8 @@ WriterWriting(c) ==
 \* No data race: no (live, not evicted) reader copies a chunk the writer is
 \* writing.  (An evicted reader's copy may race: what it delivers is InOrder's.)
 NoDataRace ==
-    \A r \in Readers : alive[r] /\ r \notin evicted /\ pc[r] \in {"copy", "copy_late"}
-                        => ~WriterWriting(i[r])
+    ~cpend => \A r \in Readers : alive[r] /\ r \notin evicted /\ pc[r] \in {"copy", "copy_late", "copy_chk"}
+                                 => ~WriterWriting(i[r])
 
 \* The place of message m among the messages the writer publishes (those an
 \* exception dropped take no chunk).
@@ -989,7 +1164,7 @@ Pos(m) == m - Cardinality({d \in dropped : d < m})
 
 \* No chunk is overwritten before every reader copied its previous message.
 NoOverwrite ==
-    \A c \in Chunks, r \in Readers \ evicted :
+    ~cpend => \A c \in Chunks, r \in Readers \ evicted :
         data[c] # 0 => ncopied[r] >= Pos(Abs(data[c])) - N
 
 IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
@@ -997,7 +1172,12 @@ IsPrefix(s, t) == Len(s) <= Len(t) /\ SubSeq(t, 1, Len(s)) = s
 \* Every reader receives exactly the writer's sequence, in order: no loss,
 \* no duplicate, no torn or stale payload, overflow payloads paired with
 \* their own marker.
-InOrder == \A r \in Readers : IsPrefix(recv[r], sent)
+InOrder == ~cpend => \A r \in Readers : IsPrefix(recv[r], sent)
+
+\* Remote readers: what the writer sent on the TCP socket (what every remote
+\* reader receives, in order) is a prefix of the writer's sequence: no
+\* message lost, none twice, none out of order.
+RemoteInOrder == IsPrefix(rsent, sent)
 
 \* Liveness: every message is eventually delivered to every reader (that
 \* cannot die), and the writer gets every message out (every message an

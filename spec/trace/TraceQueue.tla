@@ -119,7 +119,7 @@ TraceInit ==
     /\ lk = [p \in Procs |-> Looks]
 
 TraceNext ==
-    /\ UNCHANGED <<xvars, avars, t>>
+    /\ UNCHANGED <<xvars, avars, nvars, t>>
     /\ \/ /\ \A q \in Procs : ~Owes(q)
           /\ k < Len(Trace)
           /\ Step(Trace[k + 1].a, Trace[k + 1].p)
