@@ -1,4 +1,4 @@
-/* rc_core.h: the protocol core of ringcast, in plain C (no Python.h): for each side the whole
+/* rc_core.h: the protocol core of ringcast, in plain C (no CPython header): for each side the whole
  * per-message state machine of spec/Ring.tla, its state, and the one interface (rc_iface) through
  * which it asks for what it cannot do itself.
  *
@@ -15,7 +15,7 @@
  *
  * Every access to the shared mapping goes through ringcast_fences.h's primitives, between
  * io->pin and io->unpin (the binding keeps the mapping open meanwhile; a closed ring is
- * RC_ERR_CLOSED). The core allocates nothing: the caller owns every struct and array below.
+ * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The core allocates nothing: the caller owns every struct and array below.
  *
  * Error handling: a function returns RC_OK (0) or a negative rc_status. An interface call that
  * fails returns RC_ERR_RAISED (the binding has an exception pending) and the core unwinds. An
@@ -128,7 +128,18 @@ typedef struct rc_side {
     rc_cancel *cancel;
     size_t index; /* the chunk this side is at (writes / reads next) */
     int side;     /* RC_WRITER or the reader's index */
+    int planted;  /* a planted bug (rc_plant), read only by a -DRINGCAST_TEST_PLANTED build; 0 */
 } rc_side;
+
+/* The planted bugs of tests/stateful (a test build's, -DRINGCAST_TEST_PLANTED: core/rc_planted.c) */
+typedef enum rc_plant {
+    RC_PLANT_NONE = 0,
+    RC_PLANT_REVERSED,   /* the writer publishes before it clears the read flags (OrderPublishBeforeClear) */
+    RC_PLANT_SCAN_AHEAD, /* the writer's failed look moves on to the next chunk */
+    RC_PLANT_SKIP,       /* a reader skips a written chunk whose flag is already 1 (SkipReader) */
+    RC_PLANT_EARLY_ACK,  /* the last reader acks its first message before copying it (EarlyAck) */
+    RC_PLANT_LAPPED,     /* a reader thinks itself lapped and drops a message */
+} rc_plant;
 
 /* What a writer's message is doing (rc_writer.phase). */
 typedef enum rc_writer_phase {
@@ -165,7 +176,7 @@ typedef struct rc_reader {
 
 /* ------------------------------------------------------------ what the core cannot do -- */
 
-enum { RC_ALIVE = 0, RC_DEAD = 1, RC_UNKNOWN = 2 };         /* io->probe */
+enum { RC_ALIVE = 0, RC_DEAD = 1, RC_UNKNOWN = 2, RC_UNREAD = 3 }; /* io->probe; RC_UNREAD: rc_writer.liveness, not probed yet */
 enum { RC_COPIED = 0, RC_MARKER = 1 };                       /* io->copy_out */
 enum { RC_WOKEN = 0, RC_CHANGED = 1, RC_TIMED_OUT = 2, RC_INTERRUPTED = 3 }; /* io->futex_wait */
 enum { RC_REPORT_EVICTED = 0, RC_REPORT_LONG_WAIT = 1, RC_REPORT_DROPPED = 2 }; /* io->report */
@@ -200,8 +211,9 @@ typedef struct rc_iface {
     int (*copy_out)(void *ctx, const uint8_t *data, size_t len);
     /* an event the binding reports (evicted readers, a long wait, a dropped message): RC_OK or RC_ERR_RAISED */
     int (*report)(void *ctx, int event, double waited);
-    /* an error the core found (RC_ERR_TIMEOUT ...): the binding records it; `waited` seconds */
-    void (*fail)(void *ctx, rc_status code, double waited);
+    /* an error the core found (RC_ERR_TIMEOUT ...): the binding records it; `value`: the seconds
+     * waited (RC_ERR_TIMEOUT, RC_ERR_DEAD_READERS), the payload's bytes (RC_ERR_TOO_BIG), else 0 */
+    void (*fail)(void *ctx, rc_status code, double value);
 } rc_iface;
 
 /* ------------------------------------------------------------------------ entry points -- */
@@ -256,6 +268,15 @@ int rc_notify(rc_side *s);
 /* The live readers that have not read the chunk at the writer's cursor (peeks, not steps):
  * their indices in out (n_reader entries), how many */
 int rc_writer_unread(rc_writer *w, int *out, uint32_t *n);
+
+/* The eventcount's steps on its two words (the sequence pins the mapping and calls them; the
+ * binding's EventCount type too, on words at fixed addresses): RC_OK or an error */
+int rc_park_snapshot(const rc_side *s, uint32_t *seq, uint32_t *snap);
+int rc_park_announce(const rc_side *s, uint32_t *waiters);
+int rc_park_sleep(const rc_side *s, uint32_t *seq, uint32_t snap, double timeout, int *result);
+int rc_park_retire(const rc_side *s, uint32_t *waiters);
+int rc_notify_load_waiters(const rc_side *s, uint32_t *waiters, uint32_t *n);
+int rc_notify_wake(const rc_side *s, uint32_t *seq);
 
 /* Cancel: set the request (any thread); rc_wake_all wakes every sleeper of both eventcounts of
  * a mapping (the binding pins it: a closed ring wakes nobody, and needs not). */
