@@ -213,11 +213,13 @@ class ShmRingBuffer:
 
 def _offsets(ring: ShmRingBuffer) -> tuple:
     """The steps' constructor arguments: the mapping, chunk i's flag and data offsets, each
-    reader's state word, the chunk size."""
+    reader's state word, the chunk size, the two eventcounts' words (write_seq, readers' waiters,
+    read_seq, the writer's waiters)."""
     lay = ring.layout
     metas = [lay.meta(i) for i in range(ring.max_chunks)]
     datas = [lay.data(i) for i in range(ring.max_chunks)]
-    return ring.buf, metas, datas, [Layout.reader_state_offset(r) for r in range(ring.n_reader)], ring.max_chunk_bytes
+    states = [Layout.reader_state_offset(r) for r in range(ring.n_reader)]
+    return ring.buf, metas, datas, states, ring.max_chunk_bytes, (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS)
 
 
 class RingWriter(_protocol._WriterSteps):

@@ -88,10 +88,16 @@ claim(rc_writer *w, double timeout)
     return side_wait(&w->s, timeout);
 }
 
+int
+rc_writer_claim(rc_writer *w, double timeout)
+{
+    return claim(w, timeout);
+}
+
 /* F7; WriterClearReadFlag for each live reader; WriterPublish (the order spec/Ring.tla proves).
  * FlagOut: once a flag is cleared a reader may take the chunk, so from before the first clear
  * the message is owed (finished, never dropped; model abort_code_n1). */
-static int
+RC_FENCED static int
 clear_and_publish(rc_writer *w)
 {
     rc_side *s = &w->s;
@@ -266,7 +272,7 @@ rc_writer_unread(rc_writer *w, int *out, uint32_t *n)
 /* ------------------------------------------------------------------------------- a reader -- */
 
 /* ReaderLoadWritten, ReaderLoadReadFlag (short-circuit: after written = 0 no flag load), F4 */
-static int
+RC_FENCED static int
 reader_look_impl(rc_reader *rd, int *ready)
 {
     int v = 0, rc;
@@ -297,6 +303,12 @@ wait_ready(rc_reader *rd, double timeout)
     if (rc != RC_OK || ready)
         return rc;
     return side_wait(&rd->s, timeout);
+}
+
+int
+rc_reader_wait(rc_reader *rd, double timeout)
+{
+    return wait_ready(rd, timeout);
 }
 
 /* After the copy (rc_copy: its result): F8 and ReaderCheckEvicted (evicted: the copy is dropped,

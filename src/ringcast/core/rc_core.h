@@ -263,6 +263,9 @@ int rc_step_payload(rc_writer *w, const rc_parts *parts, size_t *written);
 /* The writer's look (WriterClaim) and a reader's (ready: loads, F4), as the sequence takes them */
 int rc_writer_look(rc_writer *w, int *free_);
 int rc_reader_look(rc_reader *r, int *ready);
+/* Look until ready: one look, then the wait (spin, park): the writer's claim, a reader's wait */
+int rc_writer_claim(rc_writer *w, double timeout);
+int rc_reader_wait(rc_reader *r, double timeout);
 /* A side's notify of the other side (NotifyLoadWaiters [NotifyWake]) */
 int rc_notify(rc_side *s);
 /* The live readers that have not read the chunk at the writer's cursor (peeks, not steps):
