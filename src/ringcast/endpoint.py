@@ -7,16 +7,16 @@ them in the order spec/Ring.tla proves, and is the only caller of the ring's ste
 the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
 
-The per-message sequence itself (``publish``, ``claim``, ``_claim_message``,
-``_clear_flags_and_publish``; ``ready``, ``wait_ready``, ``receive``) is C, in the base classes
-``ringcast._protocol._WriterEndpoint`` / ``_ReaderEndpoint`` (src/ringcast/_protocol_endpoint.c),
-which call the C steps directly; there is no Python copy of it. What is not per message stays
-here: construction, the entry to the wait loop (``_wait``, taken only when the first look
-fails), the abort and owed bookkeeping (``_aborted``, ``_finish``), the overflow steps (their
-I/O is the observer's), eviction and the zero-copy ``write_chunk`` / ``read_chunk``. A subclass
-that overrides any method the sequence calls (the planted-bug variants of tests/stateful: a
-cursor's ``_writer_claim``, an endpoint's ``ready`` or ``_clear_flags_and_publish``) runs inside
-the same sequence: the C code calls the override by name.
+The per-message sequence itself is the protocol core's, in plain C (src/ringcast/core/rc_core.c:
+each side's whole state machine, its waits and its failure paths, and what it owes between
+messages), behind the thin binding ``ringcast._protocol`` whose ``_WriterEndpoint`` /
+``_ReaderEndpoint`` these classes subclass (``publish``, ``claim``, ``_finish``; ``ready``,
+``wait_ready``, ``receive``; the zero-copy halves ``_acquire_write`` / ``_commit_write`` /
+``_abort_write`` and ``_acquire_read`` / ``_release_read``). There is no Python copy of it:
+``write_chunk`` / ``read_chunk`` below are context managers around the core's halves. What
+stays here: construction (``_bind`` fills the core's interface once: the observer's methods,
+the ring's liveness, the counters, the cancel request, the wait policy), eviction between
+messages (``evict_dead``) and diagnostics.
 
 Writer, one message (:meth:`WriterEndpoint.publish`)::
 
@@ -42,21 +42,20 @@ handler is interrupted too, the next publish finishes it first (``owed``, ``wake
 Dropping a message whose payload is already queued would leave that payload for the next
 marker to pair with (``abort_drop_after_send``); freeing the slots of a published message
 would let the next placement overwrite a live view (spec/Arena.tla ``arena_unplace_published``).
-Whether the message was published is read from the chunk's ``written`` byte (only
-WriterPublish sets it after WriterClearWritten); that the payload was sent is recorded right
-after the send returns, so an asynchronous exception in the few bytecodes between ZeroMQ
-queueing the payload and that store is the one window not covered (the step hook's points are
-all covered). A signal handler runs only between Python bytecodes, and the sequence is C: in
-production (no step hook) it can raise only where the sequence calls back into Python (the wait
-loop, the overflow send, ``copy_out``), and a signal that arrives during the C steps is handled
-once ``publish`` returns, with the message published.
+Whether the message was published, and whether it is owed, is the core's own state
+(``owed_chunk``, set before the first read flag is cleared and when the overflow send returns,
+with no Python code in between; ``wake_owed``). A signal handler runs only between Python
+bytecodes, and the sequence is C: in production (no step hook) it can raise only where the core
+calls the interface (the wait's signal checks, the overflow send, ``copy_out``), and a signal
+that arrives during the C steps is handled once ``publish`` returns, with the message published.
 
 Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
 
-    [owed: ReaderRecvOverflow]                  a payload a timed-out receive still owes
+    [owed: ReaderRecvOverflow]                  a payload a failed receive still owes
     ReaderLoadWritten, ReaderLoadReadFlag       (spin, then park on write_seq); F4
     ReaderCopy                                  the caller's copy_out(view)
-    ReaderCheckEvicted (no step point)          evicted meanwhile: drop the copy, EvictedError
+    F8; ReaderCheckEvicted (no step point)      evicted meanwhile: drop the copy, EvictedError,
+                                                no ack: the reader is gone
     ReaderAck                                   F5; read_r := 1; i := i + 1 (also if copy_out raised)
     NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
     [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack

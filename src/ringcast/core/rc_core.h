@@ -247,12 +247,13 @@ int rc_writer_abort(rc_writer *w);
 int rc_writer_finish(rc_writer *w);
 
 /* One message: RC_OK with *marker 0 (io->copy_out kept it) or 1 (its overflow payload came
- * through io->recv_overflow). `deadline` (io->now seconds) bounds the overflow receive. */
+ * through io->recv_overflow). `deadline` is not read by the core: the binding's recv_overflow
+ * holds the overflow receive's deadline (kept in the signature for other interfaces). */
 int rc_reader_receive(rc_reader *r, double timeout, double deadline, int *marker);
 /* Zero-copy: wait, ReaderCopy's step point; *data is the chunk (max_chunk_bytes) */
 int rc_reader_acquire(rc_reader *r, double timeout, const uint8_t **data, size_t *len);
-/* ... then F8, ReaderCheckEvicted, ReaderAck, notify (also when the caller's block failed:
- * block_failed only skips nothing; evicted: RC_ERR_EVICTED, gone, no ack) */
+/* ... then F8, ReaderCheckEvicted, ReaderAck, notify, also when the caller's block failed
+ * (block_failed changes nothing; evicted: RC_ERR_EVICTED, the reader is gone, no ack) */
 int rc_reader_release(rc_reader *r, int block_failed);
 
 /* One step alone, for tests, tools and the planted variants' own orders: the action's step on
