@@ -15,7 +15,9 @@
  *
  * Every access to the shared mapping goes through ringcast_fences.h's primitives, between
  * io->pin and io->unpin (the binding keeps the mapping open meanwhile; a closed ring is
- * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The core allocates nothing: the caller owns every struct and array below.
+ * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The payload is
+ * copied with plain memcpy (the data a race would tear). The core allocates nothing: the caller
+ * owns every struct and array below.
  *
  * Error handling: a function returns RC_OK (0) or a negative rc_status. An interface call that
  * fails returns RC_ERR_RAISED (the binding has an exception pending) and the core unwinds. An
