@@ -102,6 +102,33 @@ wep_abort_write(Endpoint *ep, PyObject *unused)
     return c == NULL ? NULL : leave(ep, c, rc_writer_abort(&c->st.w), Py_NewRef(Py_None));
 }
 
+/* A single step of the side that needs the endpoint (tests and tools): rc_step */
+static PyObject *
+ep_step(Endpoint *ep, rc_action action, int as_bool)
+{
+    long out = 0;
+    Cursor *c = enter(ep);
+    if (c == NULL)
+        return NULL;
+    int rc = rc_step(&c->st.s, action, 0, &out);
+    return leave(ep, c, rc, as_bool ? PyBool_FromLong(out) : Py_NewRef(Py_None));
+}
+
+/* Spec: WriterSendOverflow alone: _writer_send_overflow(frames) */
+static PyObject *
+wep_send_overflow(Endpoint *ep, PyObject *frames)
+{
+    Py_XSETREF(ep->frames_out, Py_NewRef(frames));
+    return ep_step(ep, RC_WriterSendOverflow, 0);
+}
+
+/* Spec: ParkRecheck alone (its tracepoint, then the side's look): _park_recheck() -> bool */
+static PyObject *
+ep_park_recheck(Endpoint *ep, PyObject *unused)
+{
+    return ep_step(ep, RC_ParkRecheck, 1);
+}
+
 /* _finish(): publish what an error left owed, then wake */
 static PyObject *
 wep_finish(Endpoint *ep, PyObject *unused)
@@ -155,6 +182,24 @@ rep_receive(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (rc == RC_OK && res == NULL)
         rc = RC_ERR_RAISED;
     return leave(ep, c, rc, res);
+}
+
+/* Spec: ReaderRecvOverflow alone: _reader_recv_overflow(deadline, timeout) -> frames */
+static PyObject *
+rep_recv_overflow(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_reader_recv_overflow(deadline, timeout): %zd arguments", nargs);
+    ep->deadline = Py_NewRef(args[0]);
+    ep->timeout = Py_NewRef(args[1]);
+    PyObject *r = ep_step(ep, RC_ReaderRecvOverflow, 0), *frames = ep->frames_in;
+    ep->frames_in = NULL;
+    if (r == NULL) {
+        Py_XDECREF(frames);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return frames;
 }
 
 /* ready(): ReaderLoadWritten, ReaderLoadReadFlag, F4: is the chunk ours to read? */
@@ -335,6 +380,8 @@ static PyMethodDef wep_methods[] = {
     {"_commit_write", (PyCFunction)wep_commit_write, METH_NOARGS, "_commit_write(): publish the acquired chunk."},
     {"_abort_write", (PyCFunction)wep_abort_write, METH_NOARGS, "_abort_write(): drop the acquired chunk's message."},
     {"_finish", (PyCFunction)wep_finish, METH_NOARGS, "_finish(): publish what an error left owed, then wake."},
+    {"_writer_send_overflow", (PyCFunction)wep_send_overflow, METH_O, "Spec: WriterSendOverflow alone (frames)."},
+    {"_park_recheck", (PyCFunction)ep_park_recheck, METH_NOARGS, "Spec: ParkRecheck alone: its tracepoint, then the look."},
     EP_COMMON_METHODS,
     {NULL},
 };
@@ -369,6 +416,9 @@ static PyMethodDef rep_methods[] = {
      "wait_ready($self, /, timeout=None)\n--\n\nLook until ready(): one look, then spin and park."},
     {"_acquire_read", (PyCFunction)rep_acquire_read, METH_O, "_acquire_read(timeout): wait; the next chunk's view."},
     {"_release_read", (PyCFunction)rep_release_read, METH_O, "_release_read(failed): F8, check evicted, ack, notify."},
+    {"_reader_recv_overflow", (PyCFunction)(void (*)(void))rep_recv_overflow, METH_FASTCALL,
+     "Spec: ReaderRecvOverflow alone (deadline, timeout) -> frames."},
+    {"_park_recheck", (PyCFunction)ep_park_recheck, METH_NOARGS, "Spec: ParkRecheck alone: its tracepoint, then the look."},
     EP_COMMON_METHODS,
     {NULL},
 };

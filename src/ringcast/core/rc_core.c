@@ -428,6 +428,13 @@ rc_step(rc_side *s, rc_action action, int arg, long *out)
     case RC_WriterClearReadFlag: rc = writer_clear_read_flag(w, (uint32_t)arg); break;
     case RC_WriterPublish: rc = writer_publish(w); break;
     case RC_WriterEvict: rc = writer_evict(w, (uint32_t)arg); break;
+    case RC_WriterSendOverflow: rc = send_overflow(w); break;
+    case RC_ParkRecheck:
+    case RC_N_ACTIONS + RC_ParkRecheck: /* its tracepoint, then the side's look */
+        if ((rc = trace(s, RC_ParkRecheck, RC_NO_READER)) == RC_OK)
+            rc = look(s, &v);
+        break;
+    case RC_N_ACTIONS + RC_ReaderRecvOverflow: rc = recv_overflow(rd); break;
     case RC_N_ACTIONS + RC_ReaderLoadWritten: rc = reader_load_written(rd, &v); break;
     case RC_N_ACTIONS + RC_ReaderLoadReadFlag: rc = reader_load_read_flag(rd, &v); break;
     case RC_N_ACTIONS + RC_ReaderCopy: rc = reader_copy(rd, &data); break;

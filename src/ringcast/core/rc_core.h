@@ -258,9 +258,10 @@ int rc_reader_acquire(rc_reader *r, double timeout, const uint8_t **data, size_t
  * (block_failed changes nothing; evicted: RC_ERR_EVICTED, the reader is gone, no ack) */
 int rc_reader_release(rc_reader *r, int block_failed);
 
-/* One step alone, for tests, tools and the planted variants' own orders: the action's step on
- * the side (arg: the reader of WriterClearReadFlag / WriterEvict, the parts of
- * WriterWritePayload through rc_step_payload). *out: a load's value, a look's truth, else 0. */
+/* One step alone, for tests and tools: the action's step on the side (arg: the reader of
+ * WriterClearReadFlag / WriterEvict; WriterWritePayload's parts go through rc_step_payload;
+ * WriterSendOverflow, ReaderRecvOverflow: the interface's I/O; ParkRecheck: its tracepoint and
+ * the side's look). *out: a load's value, a look's truth, else 0. */
 int rc_step(rc_side *s, rc_action action, int arg, long *out);
 int rc_step_payload(rc_writer *w, const rc_parts *parts, size_t *written);
 /* The writer's look (WriterClaim) and a reader's (ready: loads, F4), as the sequence takes them */
