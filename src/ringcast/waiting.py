@@ -8,7 +8,8 @@ pure ``sched_yield`` spinner (vLLM's ``_spin_wait``) serves the first well and t
 it burns a core per reader while the engine is idle, and on a 2-core machine three spinning
 readers starve the writer they wait for. A pure sleeper pays a kernel wake-up (tens of
 microseconds) on every message. So a waiter spins for ``spin`` seconds (``sched_yield``
-between looks), then parks in the kernel until the other side publishes.
+between looks, each preceded by the CPU's spin hint: ``pause`` on x86, ``yield`` on Arm,
+ringcast_fences.h's ``rc_spin_hint``), then parks in the kernel until the other side publishes.
 
 The primitive is a futex on a 32-bit word inside the segment (``write_seq`` for readers,
 ``read_seq`` for the writer, see :mod:`ringcast.layout`), used as an *eventcount*:
