@@ -60,6 +60,30 @@ rc_load_u32(uint32_t *p)
     return __atomic_load_n(p, __ATOMIC_SEQ_CST);
 }
 
+/* The spin phase's hint to the CPU that it spins (x86: pause, AArch64: yield): the sibling
+ * hyperthread gets the core's resources, and the loop does not flood the memory system. Not a
+ * fence: it orders nothing. */
+RC_INLINE void
+rc_spin_hint(void)
+{
+#if defined(RINGCAST_TEST_NO_SPIN_HINT)
+    rc_compiler_barrier();
+#elif defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    rc_compiler_barrier();
+#endif
+}
+
+/* A 32-bit word stored with seq_cst order (the core's cancel request, set from any thread) */
+RC_INLINE void
+rc_store_u32(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+}
+
 /* The ring's flag bytes (written, read_r) and the evicted byte: single-copy atomic, no ordering
  * of their own (relaxed). What orders them is the fences at the protocol's fence points, as in the
  * spec's relaxed model: plain loads and stores, ordered only by F1-F7. */
