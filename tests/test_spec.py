@@ -377,10 +377,12 @@ def test_the_duplicate_checks_catch_park_tso_as_park_relaxed():
 
 
 FENCE_TAG = re.compile(r"/\*\s*(F\d+[WN]?)\b")
-#: the C files with fence points: the protocol's steps and sequences (not the litmus harness, whose
-#: fences are copies of these points, nor _atomics.c's fence(), which arena.py calls: its points are
-#: arena.py's, nor the header, which defines the primitives)
-FENCE_C = ("_protocol_ring.c", "_protocol_endpoint.c", "_protocol_wait.c", "_protocol_cursor.c", "_protocol.c")
+#: the C files with fence points: the protocol core's steps and sequences (not the litmus harness,
+#: whose fences are copies of these points, nor _atomics.c's fence(), which arena.py calls: its
+#: points are arena.py's, nor the header, which defines the primitives, nor the planted-bug test
+#: build's variants, rc_planted.c); the CPython binding (_protocol*.c) has none
+FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", "_protocol_ring.c", "_protocol_endpoint.c",
+           "_protocol_wait.c", "_protocol_cursor.c", "_protocol.c")
 
 
 def code_fences() -> dict[str, str]:
@@ -395,9 +397,11 @@ def code_fences() -> dict[str, str]:
         for k, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("/*", 1)[0]
             tag = FENCE_TAG.search(line)
-            if "rc_fence()" in code:
+            if code.lstrip().startswith("#define"):  # rc_steps.c's RC_Fk(): the point's fence, or its -D switch
+                continue
+            if "rc_fence()" in code or re.search(r"\bRC_F\d\(\)", code):
                 assert tag, f"{name}:{k}: a fence without its name (/* Fk ... */): {line.strip()}"
-            if tag and re.search(r"\brc_fe(nce|nce_load_u32|tch_add_u32)\(", code):
+            if tag and re.search(r"\b(rc_fe(nce|nce_load_u32|tch_add_u32)|RC_F\d)\(", code):
                 found[tag.group(1)] = f"{name}:{k}"
     for k, line in enumerate((SRC / "arena.py").read_text().splitlines(), 1):
         if "fence()" in line.split("#", 1)[0]:
@@ -452,15 +456,16 @@ def test_fence_scan_finds_a_fence_without_a_model(tmp_path, monkeypatch):
     """The check above fails on a fence the spec has no switch or no failing model for (the state
     of F1 before issue 37): a copy of the C steps with one more named fence point."""
     src = tmp_path / "ringcast"
-    src.mkdir()
+    (src / "core").mkdir(parents=True)
     for name in (*FENCE_C, "arena.py"):
         if (SRC / name).is_file():
             (src / name).write_text((SRC / name).read_text())
-    (src / "_protocol_ring.c").write_text((src / "_protocol_ring.c").read_text() + "\n    rc_fence(); /* F9: new */\n")
+    steps = src / "core" / "rc_steps.c"
+    steps.write_text(steps.read_text() + "\n    RC_F9(); /* F9: new */\n")
     monkeypatch.setitem(globals(), "SRC", src)
     with pytest.raises(AssertionError, match="F9"):
         test_every_code_fence_is_required_by_a_failing_model()
-    (src / "_protocol_ring.c").write_text((src / "_protocol_ring.c").read_text() + "\n    rc_fence();\n")
+    steps.write_text(steps.read_text() + "\n    rc_fence();\n")
     with pytest.raises(AssertionError, match="without its name"):
         code_fences()
 

@@ -276,8 +276,8 @@ class ArenaWriter:
             _steps.hook("ArenaPublish", "writer", s, None)
         # No fence: only this process loads the slot's written byte, and a reader learns of the
         # slot only from the ring chunk that names it, published after the ring's F7 (and F3),
-        # which order the slot's bytes and cleared flags before it (spec: arena_ring_*_code,
-        # arena_ring_relaxed_no_afp; docs/spec.md, the arena's fences)
+        # which order the slot's bytes and cleared flags before it (spec: arena_ring_*_code; no
+        # model can require a fence here, as no reader loads the written byte: docs/spec.md, AFP)
         self.arena.buf[self.arena.meta(s)] = 1
 
     # Spec: ArenaReclaimDead
