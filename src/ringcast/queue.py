@@ -115,54 +115,54 @@ class MessageQueue(QueueRole):
         if n_reader > n_local_reader:
             channel.check_remote_security(remote_insecure)
         self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), n_local_reader))
-        self.n_reader = n_reader
-        self.n_local_reader = n_local_reader
-        self.n_remote_reader = n_reader - n_local_reader
+        self.n_reader, self.n_local_reader, self.n_remote_reader = n_reader, n_local_reader, n_reader - n_local_reader
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
         self._is_writer = True
         self._side = WriterSide(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
         self._ctx = zmq.Context()
         topic = channel.new_topic()
+        local_addr, remote = None, (None, False, None)
         try:
-            local_addr = remote_addr = None
-            ipv6 = False
             if n_local_reader > 0:
-                self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
-                self._pages = RingPages(self.buffer)
-                self.buffer.register_writer()
-                local_addr, self._ipc_path = channel.local_address()
-                self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
-                self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
-                                                     observer=self._side, evict_dead_readers=evict_dead_readers)
-                vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
-                tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
-                if tensor_arena_bytes:
-                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
-                                               VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
-            curve_keys = None
+                local_addr = self._open_ring(max_chunk_bytes, max_chunks, segment_kind, topic, evict_dead_readers,
+                                             enable_shm_tensor_arena, tensor_arena_bytes, tensor_arena_slots)
             if self.n_remote_reader > 0:
-                ip = connect_ip if connect_ip is not None else channel.default_ip()
-                ipv6 = ":" in ip
-                self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
-                self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=ipv6, curve_secret=secret)
-                endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
-                remote_addr = channel.tcp_endpoint(ip, endpoint.rsplit(":", 1)[1])
+                remote = self._open_remote(connect_ip, topic, remote_insecure)
         except BaseException:
             self.close()
             raise
         self.handle = Handle(
-            local_reader_ranks=list(local_reader_ranks),
-            buffer_handle=self.buffer.handle() if self.buffer is not None else None,
-            local_subscribe_addr=local_addr,
-            remote_subscribe_addr=remote_addr,
-            remote_addr_ipv6=ipv6,
-            n_reader=n_reader,
-            remote_curve_keys=curve_keys,
-            topic=topic,
-            tensor_arena=None if self._arena is None else self._arena.arena.handle(),
-        )
+            local_reader_ranks=list(local_reader_ranks), n_reader=n_reader, topic=topic,
+            buffer_handle=self.buffer.handle() if self.buffer is not None else None, local_subscribe_addr=local_addr,
+            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2],
+            tensor_arena=None if self._arena is None else self._arena.arena.handle())
         self._release_on_collect()
+
+    def _open_ring(self, max_chunk_bytes, max_chunks, segment_kind, topic, evict_dead_readers,
+                   enable_shm_tensor_arena, tensor_arena_bytes, tensor_arena_slots) -> str:
+        """The writer's local half (ring, local socket, endpoint, tensor arena); returns the socket's address."""
+        self.buffer = ShmRingBuffer(self.n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
+        self._pages = RingPages(self.buffer)
+        self.buffer.register_writer()
+        local_addr, self._ipc_path = channel.local_address()
+        self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
+        self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
+                                             observer=self._side, evict_dead_readers=evict_dead_readers)
+        vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
+        tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
+        if tensor_arena_bytes:
+            self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
+                                       VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
+        return local_addr
+
+    def _open_remote(self, connect_ip: str | None, topic, remote_insecure: bool) -> tuple:
+        """The writer's remote half (authentication, TCP socket); returns ``(address, ipv6, curve_keys)``."""
+        ip = connect_ip if connect_ip is not None else channel.default_ip()
+        self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
+        self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret)
+        port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+        return channel.tcp_endpoint(ip, port), ":" in ip, curve_keys
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
