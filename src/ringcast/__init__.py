@@ -23,10 +23,12 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.arena` - the tensor arena beside the ring: large arrays/tensors in slots of a
   second segment, read as zero-copy views, released when the last view dies (spec/Arena.tla).
 * :mod:`ringcast.endpoint` - the protocol endpoints: ``WriterEndpoint.publish(parts, ...)`` and
-  ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
-  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying), in C
-  (``ringcast._protocol``'s endpoint types, which they subclass); the only caller of the ring's
-  steps, and what MessageQueue, the stateful harness and the trace recorder run.
+  ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message: the
+  steps (claim .. publish, load .. ack, notifying) in C (``ringcast._protocol``'s endpoint types,
+  which they subclass), which calls back into Python for the overflow steps, the wait loop
+  (:mod:`ringcast.waiting`, entered when the first look fails) and an abort's bookkeeping; the
+  only caller of the ring's steps, and what MessageQueue, the stateful harness and the trace
+  recorder run.
   Each endpoint is given one ``Observer`` (overflow I/O, errors and the long-wait log); the
   endpoint decides, e.g. evicts dead readers, the observer reports.
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).
