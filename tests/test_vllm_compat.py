@@ -727,13 +727,13 @@ def test_the_expectations_are_vllms_own(vllm_behaviour):
 def test_long_wait_log_is_vllms_line_at_vllms_level(caplog, vllm_behaviour):
     """The long-wait line starts with vLLM's own LONG_WAIT_TIME_LOG_MSG (read from vLLM's
     source), formatted with the interval, logged at INFO as vLLM logs it."""
-    from ringcast.roles import Side
+    from ringcast.roles import QueueObserver
     from ringcast.waiting import WaitPolicy
 
-    side = Side("writer", WaitPolicy(warn_interval=7.0), None, [False])
+    observer = QueueObserver("writer", WaitPolicy(warn_interval=7.0), None, [False])
     caplog.set_level(logging.DEBUG, logger="ringcast")
-    side.log_long_wait(7.5, "slot 0")
-    side.log_long_wait(8.0, "slot 0")  # not yet 7 s after the last line
+    observer.log_long_wait(7.5, "slot 0")
+    observer.log_long_wait(8.0, "slot 0")  # not yet 7 s after the last line
     [rec] = [r for r in caplog.records if r.name == "ringcast"]
     assert rec.levelno == logging.INFO
     assert rec.getMessage().startswith(vllm_behaviour["long_wait_log"] % 7 + " [ringcast writer")

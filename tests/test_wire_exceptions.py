@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from ringcast import MessageQueue, PayloadError
-from ringcast.roles import ReaderSide
+from ringcast.roles import ReaderObserver
 
 _T = 10
 
@@ -24,7 +24,7 @@ def _ready(w, readers):
 
 def _interrupt_receive(monkeypatch, nth: int) -> None:
     """The ``nth`` overflow receive raises KeyboardInterrupt as it returns its payload."""
-    orig, calls = ReaderSide.recv_overflow, []
+    orig, calls = ReaderObserver.recv_overflow, []
 
     def recv_overflow(self, deadline, timeout):
         frames = orig(self, deadline, timeout)
@@ -33,7 +33,7 @@ def _interrupt_receive(monkeypatch, nth: int) -> None:
             raise KeyboardInterrupt
         return frames
 
-    monkeypatch.setattr(ReaderSide, "recv_overflow", recv_overflow)
+    monkeypatch.setattr(ReaderObserver, "recv_overflow", recv_overflow)
 
 
 def _outcomes(r, n):

@@ -99,7 +99,7 @@ OVERFLOW = _protocol.OVERFLOW
 class Observer:
     """What an endpoint reports to and asks of the layer that owns it: one object per endpoint,
     given at construction (``observer=``) and held for the endpoint's life. MessageQueue's are
-    :class:`ringcast.roles.WriterSide` / :class:`~ringcast.roles.ReaderSide`; the stateful
+    :class:`ringcast.roles.WriterObserver` / :class:`~ringcast.roles.ReaderObserver`; the stateful
     harness and the trace recorder use this base class, which sends and receives no overflow,
     raises a plain :class:`RingTimeoutError` and logs nothing.
 

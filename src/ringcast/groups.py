@@ -309,17 +309,9 @@ def queue_from_group(
     local = [r for r in range(world) if r != writer_rank and sees[r]]
 
     # The writer creates the queue (or joins the external one); the handle, or its error, goes to every reader.
-    mq = err = payload = None
-    if is_writer:
-        try:
-            if external_writer_handle is not None:
-                mq, payload = queue_cls.create_from_handle(external_writer_handle, rank, **reader_kw), external_writer_handle
-            else:
-                mq = queue_cls(world - 1, len(local), local, max_chunk_bytes, max_chunks, connect_ip, **writer_kw)
-                payload = mq.export_handle()
-        except Exception as e:  # noqa: BLE001 - reported to every rank, re-raised below
-            err = e
-            payload = f"{type(e).__name__}: {e}"
+    mq, err, payload = (_make_writer(queue_cls, external_writer_handle, rank, world - 1, local,
+                                     (max_chunk_bytes, max_chunks, connect_ip), writer_kw, reader_kw)
+                        if is_writer else (None, None, None))
     payload = g.broadcast_obj(payload, writer_rank)
     if isinstance(payload, str):
         if err is not None:
@@ -333,6 +325,21 @@ def queue_from_group(
     _settle(g, mq, err, "attaching to the queue", blocking, timeout)
     _remember(g.pg if isinstance(g, TorchObjectGroup) else group, writer_rank, mq)  # queue_for, writer_rank_of
     return mq
+
+
+def _make_writer(queue_cls, external_writer_handle, rank: int, n_reader: int, local: list[int], shape: tuple,
+                 writer_kw: dict, reader_kw: dict) -> tuple:
+    """The writer rank's part of :func:`queue_from_group`: create the queue with ``n_reader``
+    readers, ``local`` the group ranks that attach to shared memory (or, given
+    ``external_writer_handle``, join that queue as a reader). Returns ``(queue, None, handle)``, or
+    ``(None, error, its text)`` for the caller to broadcast and raise."""
+    try:
+        if external_writer_handle is not None:
+            return queue_cls.create_from_handle(external_writer_handle, rank, **reader_kw), None, external_writer_handle
+        mq = queue_cls(n_reader, len(local), local, *shape, **writer_kw)
+        return mq, None, mq.export_handle()
+    except Exception as e:  # noqa: BLE001 - reported to every rank, re-raised by the caller
+        return None, e, f"{type(e).__name__}: {e}"
 
 
 def global_ranks(group) -> list[int]:

@@ -34,7 +34,7 @@ from .framing import MARK_INLINE, Outbox, Pending, Pickler, Unpickler, frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
-from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
+from .roles import QueueObserver, QueueRole, QueueStatistics, ReaderObserver, Role, WriterObserver, check_reader_counts, wait_policy
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Cancel, Counters, WaitPolicy
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
@@ -115,54 +115,54 @@ class MessageQueue(QueueRole):
         if n_reader > n_local_reader:
             channel.check_remote_security(remote_insecure)
         self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), n_local_reader))
-        self.n_reader = n_reader
-        self.n_local_reader = n_local_reader
-        self.n_remote_reader = n_reader - n_local_reader
+        self.n_reader, self.n_local_reader, self.n_remote_reader = n_reader, n_local_reader, n_reader - n_local_reader
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
         self._is_writer = True
-        self._side = WriterSide(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
+        self._observer = WriterObserver(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
         self._ctx = zmq.Context()
         topic = channel.new_topic()
+        local_addr, remote = None, (None, False, None)
         try:
-            local_addr = remote_addr = None
-            ipv6 = False
             if n_local_reader > 0:
-                self.buffer = ShmRingBuffer(n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
-                self._pages = RingPages(self.buffer)
-                self.buffer.register_writer()
-                local_addr, self._ipc_path = channel.local_address()
-                self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
-                self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancel=self._cancelled,
-                                                     observer=self._side, evict_dead_readers=evict_dead_readers)
-                vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
-                tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
-                if tensor_arena_bytes:
-                    self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
-                                               VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
-            curve_keys = None
+                local_addr = self._open_ring(max_chunk_bytes, max_chunks, segment_kind, topic, evict_dead_readers,
+                                             enable_shm_tensor_arena, tensor_arena_bytes, tensor_arena_slots)
             if self.n_remote_reader > 0:
-                ip = connect_ip if connect_ip is not None else channel.default_ip()
-                ipv6 = ":" in ip
-                self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
-                self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=ipv6, curve_secret=secret)
-                endpoint = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode()
-                remote_addr = channel.tcp_endpoint(ip, endpoint.rsplit(":", 1)[1])
+                remote = self._open_remote(connect_ip, topic, remote_insecure)
         except BaseException:
             self.close()
             raise
         self.handle = Handle(
-            local_reader_ranks=list(local_reader_ranks),
-            buffer_handle=self.buffer.handle() if self.buffer is not None else None,
-            local_subscribe_addr=local_addr,
-            remote_subscribe_addr=remote_addr,
-            remote_addr_ipv6=ipv6,
-            n_reader=n_reader,
-            remote_curve_keys=curve_keys,
-            topic=topic,
-            tensor_arena=None if self._arena is None else self._arena.arena.handle(),
-        )
+            local_reader_ranks=list(local_reader_ranks), n_reader=n_reader, topic=topic,
+            buffer_handle=self.buffer.handle() if self.buffer is not None else None, local_subscribe_addr=local_addr,
+            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2],
+            tensor_arena=None if self._arena is None else self._arena.arena.handle())
         self._release_on_collect()
+
+    def _open_ring(self, max_chunk_bytes, max_chunks, segment_kind, topic, evict_dead_readers,
+                   enable_shm_tensor_arena, tensor_arena_bytes, tensor_arena_slots) -> str:
+        """The writer's local half (ring, local socket, endpoint, tensor arena); returns the socket's address."""
+        self.buffer = ShmRingBuffer(self.n_local_reader, max_chunk_bytes, max_chunks, kind=segment_kind)
+        self._pages = RingPages(self.buffer)
+        self.buffer.register_writer()
+        local_addr, self._ipc_path = channel.local_address()
+        self.local_socket = self._observer.socket = channel.xpub(self._ctx, local_addr, topic)
+        self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancel=self._cancelled,
+                                             observer=self._observer, evict_dead_readers=evict_dead_readers)
+        vllms = enable_shm_tensor_arena and not tensor_arena_bytes  # vLLM's arena: tensors from 8 MiB
+        tensor_arena_bytes = DEFAULT_ARENA_BYTES if vllms else tensor_arena_bytes
+        if tensor_arena_bytes:
+            self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
+                                       VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
+        return local_addr
+
+    def _open_remote(self, connect_ip: str | None, topic, remote_insecure: bool) -> tuple:
+        """The writer's remote half (authentication, TCP socket); returns ``(address, ipv6, curve_keys)``."""
+        ip = connect_ip if connect_ip is not None else channel.default_ip()
+        self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
+        self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret)
+        port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+        return channel.tcp_endpoint(ip, port), ":" in ip, curve_keys
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
@@ -173,7 +173,7 @@ class MessageQueue(QueueRole):
         self._pickler = Pickler()
         self._outbox = Outbox()  # the writer's message numbers and wire buffers
         self._remote_owed = None  # the framing.Pending whose remote send an exception cut short
-        self._side = None  # set once the role is known: WriterSide, ReaderSide, or a remote reader's Side
+        self._observer = None  # once the role is known: a WriterObserver, ReaderObserver or (remote) QueueObserver
         self._auth = None
         self._ready = False
 
@@ -214,7 +214,7 @@ class MessageQueue(QueueRole):
         self._is_remote_reader = local is None
         self.local_reader_rank = -1 if local is None else local
         self._unpickler.name = self._role()
-        self._side = Side(self._role(), self.policy, self._counters, self._cancelled)
+        self._observer = QueueObserver(self._role(), self.policy, self._counters, self._cancelled)
         self._ctx = zmq.Context()
         try:
             if self._is_local_reader:
@@ -224,9 +224,9 @@ class MessageQueue(QueueRole):
                 self.buffer.register_reader(local)
                 self._unpickler.arena = attach_arena(reader_arena, handle, local, self._role())
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
-                self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
+                self._observer = ReaderObserver(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancel=self._cancelled,
-                                    observer=self._side)
+                                    observer=self._observer)
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = self._unpickler.endpoint = ep
             else:
@@ -276,7 +276,7 @@ class MessageQueue(QueueRole):
             deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
 
             def recv(sock, what):
-                return self._side.recv_frames(sock, deadline, what, timeout)
+                return self._observer.recv_frames(sock, deadline, what, timeout)
 
             if self._is_writer:
                 writer_handshake(((self.n_local_reader, self.local_socket, "local"),
@@ -376,8 +376,8 @@ class MessageQueue(QueueRole):
     def dequeue(self, timeout: float | None = None, indefinite: bool = False):
         """Receive the next message, in the writer's order. Blocks at most ``timeout`` seconds.
         ``indefinite=True``: a wait expected to be long (an idle worker), not logged as one."""
-        if indefinite and self._side is not None:
-            with self._side.expected_long():
+        if indefinite and self._observer is not None:
+            with self._observer.expected_long():
                 return self.dequeue(timeout)
         self._busy += 1
         try:
@@ -394,7 +394,7 @@ class MessageQueue(QueueRole):
                 sock = self.remote_socket
                 frames = sock.recv_multipart(copy=False) if sock.getsockopt(_EVENTS) & _POLLIN else None
                 if frames is None:  # none yet (or a READY meant for another reader)
-                    frames = self._side.recv_frames(sock, deadline, "waiting for a message", timeout, False)
+                    frames = self._observer.recv_frames(sock, deadline, "waiting for a message", timeout, False)
                 self._messages += 1
                 self._bytes += sum(len(f) for f in frames)
                 return self._unpickler.from_wire(frames)
@@ -418,7 +418,7 @@ class MessageQueue(QueueRole):
         next message's bytes. Copy out (``bytes(view[a:b])``) what must outlive the block.
         ``EvictedError`` at the block's exit: the writer evicted this reader (judged it dead)
         while the block ran, so the bytes it read may be a later message's."""
-        with self._in_use(), (self._side.expected_long() if indefinite and self._side else nullcontext()):
+        with self._in_use(), (self._observer.expected_long() if indefinite and self._observer else nullcontext()):
             self._check_reader("acquire_read")
             if not self._is_local_reader:
                 raise RoleError("acquire_read() is for local readers; a remote reader calls dequeue()")

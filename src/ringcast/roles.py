@@ -1,14 +1,15 @@
 """The side a MessageQueue plays: its role and what it says about itself (:class:`QueueRole`, the
-queue's base class), the side object that receives frames and observes its endpoint (overflow
+queue's base class), the observer that receives frames and observes its endpoint (overflow
 I/O, timeouts, dead peers, the long-wait log), its wait policy, and the statistics of a side.
 
-Every queue side has one side object. A :class:`WriterSide` / :class:`ReaderSide` is the
+Every queue side has one observer. A :class:`WriterObserver` / :class:`ReaderObserver` is the
 :class:`~ringcast.endpoint.Observer` its endpoint is given: it sends or receives the overflow
 payloads on the local socket, builds the errors of a wait and logs long waits; it takes no
 protocol action (the endpoint evicts dead readers:
 :meth:`~ringcast.endpoint.WriterEndpoint.evict_dead`).
-A remote reader never waits on the ring; its side only receives frames. No side refers to its
-MessageQueue, so a queue nobody closes is freed as soon as its last reference goes.
+A remote reader never waits on the ring; its :class:`QueueObserver` only receives frames. No
+observer refers to its MessageQueue, so a queue nobody closes is freed as soon as its last
+reference goes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from .errors import Cancelled, ClosedError, DeadReaderError, DeadWriterError, Ev
 from .identity import UNKNOWN_WHY, process_alive
 from .waiting import WaitPolicy
 
-__all__ = ["Role", "QueueRole", "QueueStatistics", "Side", "WriterSide", "ReaderSide", "wait_policy", "check_rank_list", "check_reader_counts"]
+__all__ = ["Role", "QueueRole", "QueueStatistics", "QueueObserver", "WriterObserver", "ReaderObserver", "wait_policy",
+           "check_rank_list", "check_reader_counts"]
 
 logger = logging.getLogger("ringcast")
 
@@ -119,12 +121,13 @@ def wait_policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> W
     return WaitPolicy(spin, recheck_interval, warn_interval, tight)
 
 
-class Side(Observer):
-    """What every queue side has: its name (``role``: "writer", "local reader 0 (rank 1)"), the
-    counters and the cancel flag it shares with its queue, the receive of one multipart message
-    (:meth:`recv_frames`: the READY handshake, a remote reader's messages, overflow payloads),
-    and the long-wait log. Local sides are their endpoint's :class:`~ringcast.endpoint.Observer`;
-    a remote reader has this base (no ring). It refers to no MessageQueue (see Observer)."""
+class QueueObserver(Observer):
+    """What every queue side's observer has: its name (``role``: "writer", "local reader 0
+    (rank 1)"), the counters and the cancel flag it shares with its queue, the receive of one
+    multipart message (:meth:`recv_frames`: the READY handshake, a remote reader's messages,
+    overflow payloads), and the long-wait log. Local sides' observers (the subclasses) are given to
+    their endpoint as its :class:`~ringcast.endpoint.Observer`; a remote reader has this base (no
+    ring). It refers to no MessageQueue (see Observer)."""
 
     def __init__(self, role: str, policy: WaitPolicy, counters, cancelled, socket=None) -> None:
         self.role = role
@@ -171,7 +174,7 @@ class Side(Observer):
         """After each poll slice of :meth:`recv_frames` that brought nothing (may raise)."""
 
 
-class WriterSide(Side):
+class WriterObserver(QueueObserver):
     """The writer's observer: sends overflow payloads; names the readers that hold the chunk it
     waits for (by index and rank), builds the error for dead ones and logs their eviction (the
     endpoint decides which: ``WriterEndpoint(evict_dead_readers=...)``)."""
@@ -214,7 +217,7 @@ class WriterSide(Side):
         self.log_long_wait(waited, detail)
 
 
-class ReaderSide(Side):
+class ReaderObserver(QueueObserver):
     """A local reader's observer: receives overflow payloads; evicted by the writer, a dead
     writer, the chunk it waits for."""
 
@@ -334,7 +337,7 @@ class QueueRole:
             raise RoleError(f"{op}() is for readers, but this MessageQueue is the writer; the writer calls enqueue()")
 
     def _check_cancelled(self, what: str) -> None:
-        self._side.check_cancelled(what)
+        self._observer.check_cancelled(what)
 
     def statistics(self) -> QueueStatistics:
         """A snapshot of this side's counters (:class:`QueueStatistics`)."""

@@ -404,33 +404,38 @@ def segment_mode(name: str) -> int:
 
 def _open_checked(loc: Locator) -> int:
     """An O_RDWR descriptor of the segment ``loc`` names, verified (nothing mapped yet)."""
-    if loc.kind == "posix":
-        try:
-            fd = _posixshmem.shm_open("/" + loc.name, os.O_RDWR, mode=0o600)
-        except PermissionError as e:
-            raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}; it belongs to another user") from None
-        except FileNotFoundError:
-            raise HandleError(
-                f"shared-memory segment {loc.name!r} does not exist: the writer closed the queue, exited, or "
-                "already unlinked the segment after every reader attached; attach before the writer's "
-                "wait_until_ready() returns, with a handle from a live writer"
-            ) from None
-        except OSError as e:  # EINVAL, ENAMETOOLONG, ...: not a name this system can open
-            raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            os.close(fd)
-            raise HandleError(
-                f"shared-memory segment {loc.name!r} is not the writer's: it belongs to uid {st.st_uid} (we are "
-                f"{os.geteuid()}) with mode {stat.filemode(st.st_mode)}; another user may have created a file under "
-                "this name after the writer removed it. Refusing to map it; use a handle from a live writer"
-            )
-        size = st.st_size
-        if size == 0 or (loc.size and size != loc.size):
-            os.close(fd)
-            what = "empty" if size == 0 else f"{size} bytes, the handle says {loc.size}"
-            raise HandleError(f"shared-memory segment {loc.name!r} is {what}: not the writer's ringcast segment")
-        return fd
+    return _open_posix(loc) if loc.kind == "posix" else _open_memfd(loc)
+
+
+def _open_posix(loc: Locator) -> int:
+    """shm_open the segment and check it is the writer's: our user's, writable by no one else, the handle's size."""
+    try:
+        fd = _posixshmem.shm_open("/" + loc.name, os.O_RDWR, mode=0o600)
+    except PermissionError as e:
+        raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}; it belongs to another user") from None
+    except FileNotFoundError:
+        raise HandleError(f"shared-memory segment {loc.name!r} does not exist: the writer closed the queue, exited, or "
+                          "already unlinked the segment after every reader attached; attach before the writer's "
+                          "wait_until_ready() returns, with a handle from a live writer") from None
+    except OSError as e:  # EINVAL, ENAMETOOLONG, ...: not a name this system can open
+        raise HandleError(f"cannot open shared-memory segment {loc.name!r}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise HandleError(
+            f"shared-memory segment {loc.name!r} is not the writer's: it belongs to uid {st.st_uid} (we are "
+            f"{os.geteuid()}) with mode {stat.filemode(st.st_mode)}; another user may have created a file under "
+            "this name after the writer removed it. Refusing to map it; use a handle from a live writer"
+        )
+    if st.st_size == 0 or (loc.size and st.st_size != loc.size):
+        os.close(fd)
+        what = "empty" if st.st_size == 0 else f"{st.st_size} bytes, the handle says {loc.size}"
+        raise HandleError(f"shared-memory segment {loc.name!r} is {what}: not the writer's ringcast segment")
+    return fd
+
+
+def _open_memfd(loc: Locator) -> int:
+    """Open the creator's descriptor through /proc and check it: creator alive, ringcast memfd, size, seals, token."""
     where = f"memfd segment fd {loc.fd} of pid {loc.pid}"
     problem = creator_problem(loc.pid, loc.start)
     if problem:
@@ -440,16 +445,15 @@ def _open_checked(loc: Locator) -> int:
         target = os.readlink(path)
         if not target.startswith(f"/memfd:{MEMFD_NAME} "):
             raise HandleError(
-                f"cannot attach to {where}: the segment does not exist any more, that descriptor is now "
-                f"{target!r}; the creator closed it (close(), or unlink() once every reader attached) and reused "
-                "the number"
+                f"cannot attach to {where}: the segment does not exist any more, that descriptor is now {target!r}; "
+                "the creator closed it (close(), or unlink() once every reader attached) and reused the number"
             )
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise HandleError(
-            f"cannot attach to {where}: the segment does not exist any more (the descriptor is closed): the "
-            "creator closed it, or stopped admitting readers (unlink() once every reader attached); attach "
-            "before the writer's wait_until_ready() returns"
+            f"cannot attach to {where}: the segment does not exist any more (the descriptor is closed): the creator "
+            "closed it, or stopped admitting readers (unlink() once every reader attached); attach before the "
+            "writer's wait_until_ready() returns"
         ) from None
     except PermissionError as e:
         raise HandleError(
