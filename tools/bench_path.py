@@ -1,4 +1,4 @@
-"""Where a small message's time goes, in one process (issue 26, docs/performance.md "The C steps").
+"""Where a small message's time goes, in one process (issue 26; CHANGELOG.md has its history).
 
     python tools/bench_path.py [--payload sched256] [--batches 30] [--per-batch 2000]
 

@@ -75,7 +75,7 @@ Cancel = _protocol.Cancel
 
 #: Default spin budget before parking (seconds). Covers the gap between back-to-back messages of
 #: one engine step (a few microseconds to ~100 us) without burning a core across idle gaps;
-#: see docs/performance.md for the measurement behind it.
+#: docs/performance.md, "Conditions that move the figures" (``ringcast bench --ringcast-spin S``).
 DEFAULT_SPIN = 100e-6
 DEFAULT_RECHECK = 0.1
 DEFAULT_WARN = 60.0
