@@ -3,8 +3,9 @@
 ``pickle.dumps`` builds its output by growing one fresh buffer: a dict holding 1 MiB of ``bytes``
 costs a full copy plus the page faults of a new 1 MiB allocation (docs/performance.md, "Pickling
 into parts": 881 us against 51 us for this module, copy included) before anything reaches shared
-memory. ``pickle.Pickler(file).dump`` instead hands every payload of at least 64 KiB (CPython's ``FRAME_SIZE_TARGET``) to ``file.write`` *as the
-object itself*, and everything else in frames of about 64 KiB. :class:`PartsPickler` collects
+memory. ``pickle.Pickler(file).dump`` instead hands every payload of at least 64 KiB (CPython's
+``FRAME_SIZE_TARGET``) to ``file.write`` *as the object itself*, and everything else in frames of
+about 64 KiB. :class:`PartsPickler` collects
 those writes in a list, so the caller gets the pickle as a list of parts, learns the total size
 *before* it claims a chunk (inline or overflow), and then copies each part exactly once, straight
 into the chunk or into the socket's frames.
