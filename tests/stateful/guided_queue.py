@@ -23,7 +23,7 @@ from ringcast.trace.coverage_paths import covering_paths, dump_graph
 from ringcast.trace.coverage_park import ParkCoverage, build_park_graph
 from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
 
-from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
+from .guided import Finding, GuidedResult, LookingModel, follow, seeded
 from .machine import boundary_bytes
 from .pool import Pool
 from .queue_run import QueueRun
