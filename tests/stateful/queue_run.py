@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from ringcast.layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_WAITERS
 from ringcast.ring import ShmRingBuffer
-from ringcast.trace.check import check_state
 from ringcast.trace.child import ChildError, handshake
-from ringcast.trace.model import ORDER_QUEUE, RingModel
+from ringcast.trace.model import ORDER_QUEUE, RingModel, check_state
 
 from .pool import Pool
 from .ring_run import Proc, RunBase

@@ -32,7 +32,7 @@ import random
 import time as _real_time
 import traceback
 
-from .check import observe
+from .model import observe
 from .payload import decode, encode
 
 CTX = mp.get_context("spawn")

@@ -7,7 +7,7 @@ holds the lock, so a free-running multi-process run linearises itself.
 
 A ring-level run (:func:`record_run`) is a writer and ``NR`` readers on a real segment. The
 parent replays the records, in counter order, through :class:`.model.RingModel` with
-:func:`.check.check_step`, the check the harness runs after every step; every reader must
+:func:`.model.check_step`, the check the harness runs after every step; every reader must
 deliver 1..M. The result is a trace as :func:`.tracecheck.validate` takes it.
 """
 
@@ -17,9 +17,8 @@ import random
 import time
 from multiprocessing.connection import wait as _wait
 
-from .check import StepRecord, check_step
 from .child import CTX, ChildError, ChildProcess, handshake
-from .model import Conformance, RingModel, Violation
+from .model import Conformance, RingModel, StepRecord, Violation, check_step
 from .payload import PAYLOAD_OVERHEAD
 
 #: a recorded run failed (a process raised, a check failed, or it did not finish in time)
