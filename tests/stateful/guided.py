@@ -349,7 +349,7 @@ def main(argv=None) -> int:
         res = run()
         rep = report(cov)
         print(format_report(rep, f"{args.model}, guided ({res.paths} paths, {res.steps} steps, {res.seconds:.1f}s)"))
-        if hasattr(cov, "passed"):  # coverage_park: states reached only inside one code step
+        if hasattr(cov, "passed"):  # coverage_queue.ParkCoverage: states reached only inside one code step
             print(f"  of the states reached, {len(cov.passed)} only passed through inside one code step")
         with open(args.unreached, "w") as f:
             f.write(unreached_text(rep, cov.graph))

@@ -20,8 +20,7 @@ import time
 from ringcast.trace.child import ChildProcess
 from ringcast.trace.coverage import check_constants
 from ringcast.trace.coverage_paths import covering_paths, dump_graph
-from ringcast.trace.coverage_park import ParkCoverage, build_park_graph
-from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
+from ringcast.trace.coverage_queue import ParkCoverage, QueueCoverage, build_park_graph, graph_quotient
 
 from .guided import Finding, GuidedResult, LookingModel, follow, seeded
 from .machine import boundary_bytes
