@@ -1,5 +1,5 @@
 """The MessageQueue-level trace recorder of ``ringcast stress --record-trace``
-(ringcast.trace.queue_serial): a serialised run of real MessageQueue processes (parking at once,
+(ringcast.trace.serial, level "queue"): a serialised run of real MessageQueue processes (parking at once,
 an overflowing message) is a behaviour of spec/Ring.tla for TLC (spec/trace/TraceQueue.tla), and
 the same trace with one step dropped is not (the check is not vacuous)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ringcast.atomics import HAVE_FUTEX
-from ringcast.trace.queue_serial import OBJECTS, big_of, record_queue_run
+from ringcast.trace.serial import OBJECTS, big_of, record_queue_run
 from ringcast.trace.tracecheck import check_queue_trace
 
 pytestmark = [pytest.mark.timeout(300),

@@ -180,7 +180,7 @@ class QueueRun(RunBase):
 
     def trace(self) -> dict:
         """The run's trace in the form ringcast.trace.tracecheck.check_queue_trace takes."""
-        from ringcast.trace.queue_serial import queue_trace
+        from ringcast.trace.serial import queue_trace
 
         return queue_trace(self.model.N, self.n_local, self.M, self.records, self.describe())
 

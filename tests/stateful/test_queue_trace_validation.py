@@ -10,7 +10,7 @@ find the spec's state, program counters included, for it, with Ring's invariants
 Nothing of the harness's Python model goes into the trace.  A trace with one step changed must be
 rejected (the check is not vacuous): every single-step change (drop, duplicate, swap) of every
 kind of step, all checked in one TLC run.  The objects and chunk size are the recorder's
-(:mod:`ringcast.trace.queue_serial`: message 2 overflows, 1 and 3 fit)."""
+(:mod:`ringcast.trace.serial`, level "queue": message 2 overflows, 1 and 3 fit)."""
 from __future__ import annotations
 
 import random
@@ -18,7 +18,7 @@ import random
 import pytest
 
 from ringcast.atomics import HAVE_FUTEX
-from ringcast.trace.queue_serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace
+from ringcast.trace.serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace
 from ringcast.trace.tracecheck import check_queue_trace, mutation_table, validate_queue
 
 from .queue_run import QueueRun
@@ -34,7 +34,7 @@ class AcquireRun(QueueRun):
 
 
 def recorder_run(pool, run_class=QueueRun) -> QueueRun:
-    """A run with the recorder's configuration (queue_serial: two local readers, two chunks, parking at once)."""
+    """A run with the recorder's configuration (ringcast.trace.serial: two local readers, two chunks, parking at once)."""
     return run_class(pool, n_local=2, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES, max_chunks=2,
                      spin=0, recheck=RECHECK, tight_looks=0)
 
@@ -235,7 +235,7 @@ def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
     machine (measured here with the children's CPU affinity faked to 4: 2 of 2 rejected; 4 of 4
     accepted with ``looks`` = 66)."""
     from ringcast.roles import wait_policy
-    from ringcast.trace.queue_serial import record_queue_run
+    from ringcast.trace.serial import record_queue_run
     from ringcast.trace.tracecheck import LOOKS
 
     tr = record_queue_run(seed=0)

@@ -6,7 +6,7 @@ Ring-level traces (``ring_run.trace_of`` in tests/stateful, :mod:`ringcast.trace
 ``"complete": True`` for a run recorded to its end), ``state`` the spec variables observed after
 the step; :func:`validate` writes a batch as the TLA+ module TraceData (TLC 2.15 has no JSON
 module) and runs spec/trace/TraceRing.tla once per group of traces that share the spec's
-constants. MessageQueue-level traces (:mod:`.queue_serial`: ``{"N", "NR", "M", "Big", "steps":
+constants. MessageQueue-level traces (:mod:`.serial`, level ``"queue"``: ``{"N", "NR", "M", "Big", "steps":
 [(action, process), ...]}``, the code's step points only, run to their end; optional ``"looks"``:
 looks before parking, default :data:`LOOKS`, ``"timeouts"``: True if a receive could time out)
 are checked by :func:`validate_queue` against spec/trace/TraceQueue.tla (one TLC run per group
@@ -31,6 +31,9 @@ from pathlib import Path
 
 from ..tlc import run as tlc
 from ..tlc.find import find_tlc as find_tlc
+
+#: the levels a trace is recorded and checked at (:mod:`.serial`)
+LEVELS = ("ring", "queue")
 
 ORDERS = {"correct": "OrderCorrect", "reversed": "OrderPublishBeforeClear", "scan_ahead": "OrderCorrect"}
 
@@ -190,7 +193,7 @@ def queue_config(N: int, NR: int, M: int, big: list[int], timeouts: bool = False
 
 
 #: looks a recorded side takes before it parks with WaitPolicy.tight_looks = 0: its first look and
-#: one look of the spin loop (spin = 0); a trace's ``looks`` adds its tight looks (queue_serial
+#: one look of the spin loop (spin = 0); a trace's ``looks`` adds its tight looks (:mod:`.serial`
 #: records the queue's, 64 where every process has a CPU); TraceQueue's look policy
 LOOKS = 2
 
@@ -216,7 +219,7 @@ def _check_queue_group(key: tuple, trs: list[dict], workdir: Path, timeout: floa
 
 
 def check_queue_trace(tr: dict, workdir: Path, *, timeout: float = 300, workers: int = 1) -> Result:
-    """One MessageQueue-level trace (:func:`ringcast.trace.queue_serial.record_queue_run`) against
+    """One MessageQueue-level trace (:func:`ringcast.trace.serial.record_queue_run`) against
     spec/trace/TraceQueue.tla: matched when TLC takes every recorded step (and the steps the code
     has no step point for, where they are forced) with no invariant of Ring violated on the way."""
     return _check_queue_group(_queue_key(tr), [tr], workdir, timeout, workers)[0]
@@ -335,11 +338,11 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("traces", help="JSON file: a list of traces (ring_run.trace_of, ringcast.trace.serial or .queue_serial)")
+    ap.add_argument("traces", help="JSON file: a list of traces (ring_run.trace_of, ringcast.trace.serial)")
     ap.add_argument("--keep", help="leave the generated TLA+ modules in this directory")
     a = ap.parse_args(argv)
     traces = json.loads(Path(a.traces).read_text())
-    queue = [tr for tr in traces if "Big" in tr]  # MessageQueue-level (ringcast.trace.queue_serial)
+    queue = [tr for tr in traces if "Big" in tr]  # MessageQueue-level (ringcast.trace.serial, level "queue")
     ring = [tr for tr in traces if "Big" not in tr]
     bad = 0
     for r in [*validate(ring, keep=a.keep), *validate_queue(queue, keep=a.keep)]:
