@@ -179,7 +179,7 @@ class QueueRun(RunBase):
         self.records.append((action, pr.p))
 
     def trace(self) -> dict:
-        """The run's trace in the form ringcast.trace.tracecheck.check_queue_trace takes."""
+        """The run's trace in the form ringcast.trace.tracecheck.validate takes at level "queue"."""
         from ringcast.trace.serial import queue_trace
 
         return queue_trace(self.model.N, self.n_local, self.M, self.records, self.describe())
