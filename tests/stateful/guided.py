@@ -317,7 +317,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.stateful.guided", description=main.__doc__)
     ap.add_argument("model", choices=sorted(RING_MODELS) + sorted(gq.QUEUE_MODELS))
     ap.add_argument("--spec", help="spec folder (default: the package's)")
-    ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring or queue machine at the budget of test_ring_protocol / test_queue_stateful, under the loaded Hypothesis profile)")
+    ap.add_argument("--random", action="store_true", help="first measure plain Hypothesis exploration (the ring or queue machine at the budget of test_stateful.py::test_ring_protocol / test_queue_*, under the loaded Hypothesis profile)")
     ap.add_argument("--max-paths", type=int, default=None, help="replay at most this many paths")
     ap.add_argument("--planted", metavar="READER", choices=sorted(READERS), help="ring level: instead of coverage, "
                     "whether plain Hypothesis (one run per seed) and the guided replay catch this planted reader")

@@ -182,7 +182,7 @@ def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples
     """Plain Hypothesis exploration at the model's configuration: the queue machine's rules (one
     step or a burst of one process; the teardown's fair drain) and its timeouts (none, or 2-8
     virtual ms for the writer and the readers), every step projected into ``cov``, at the budget
-    of test_queue_stateful (``seed``: Hypothesis's seed instead of the profile's derandomized one,
+    of test_stateful.py::test_queue_* (``seed``: Hypothesis's seed instead of the profile's derandomized one,
     and no example database). Returns the seconds it took."""
     from hypothesis import strategies as st
     from hypothesis.stateful import initialize, run_state_machine_as_test
