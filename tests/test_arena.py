@@ -247,7 +247,7 @@ def test_overflowing_message_and_remote_reader_get_the_bytes():
 # -- the slot protocol, stateful, in one process ------------------------------------------------
 # The slot protocol on a real MessageQueue in real processes, every step checked against
 # spec/Arena.tla, with the planted bugs release-at-dequeue and no-reclaim, is in the stateful
-# harness (tests/stateful/test_arena_stateful.py). This machine stays for what that one cannot
+# harness (tests/stateful/test_stateful.py, arena level). This machine stays for what that one cannot
 # do: kill a reader at ANY point and keep sending for many placements after it. There, a reader
 # dies only once the ring no longer needs it (the ring's model has no eviction), so at most
 # max_chunks messages follow its death; here, with no ring, reader 1 may die after any step and

@@ -1,5 +1,5 @@
 """The MessageQueue-level trace recorder of ``ringcast stress --record-trace``
-(ringcast.trace.queue_serial): a serialised run of real MessageQueue processes (parking at once,
+(ringcast.trace.serial, level "queue"): a serialised run of real MessageQueue processes (parking at once,
 an overflowing message) is a behaviour of spec/Ring.tla for TLC (spec/trace/TraceQueue.tla), and
 the same trace with one step dropped is not (the check is not vacuous)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ringcast.atomics import HAVE_FUTEX
-from ringcast.trace.queue_serial import OBJECTS, big_of, record_queue_run
-from ringcast.trace.tracecheck import check_queue_trace
+from ringcast.trace.serial import OBJECTS, big_of, record_queue_run
+from ringcast.trace.tracecheck import validate
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
@@ -40,7 +40,7 @@ def test_big_is_read_off_the_writer_steps():
 
 
 def test_the_recorded_run_is_a_spec_behaviour(recorded, tlc, tmp_path):
-    res = check_queue_trace(recorded, tmp_path)
+    res = validate([recorded], "queue", keep=str(tmp_path))[0]
     assert res.ok, res.summary() + "\n" + " ".join(recorded["schedule"]) + "\n" + res.output[-3000:]
     assert "a behaviour of the spec" in res.summary()
 
@@ -50,7 +50,7 @@ def test_a_trace_with_one_step_dropped_is_rejected(recorded, tlc, tmp_path, acti
     steps = list(recorded["steps"])
     k = next(k for k, (a, _) in enumerate(steps) if a == action)
     bad = dict(recorded, steps=steps[:k] + steps[k + 1:])
-    res = check_queue_trace(bad, tmp_path)
+    res = validate([bad], "queue", keep=str(tmp_path))[0]
     assert not res.ok and "No error has been found" in res.output, res.output[-3000:]
     assert "no behaviour of the spec matches the whole trace" in res.summary()
 

@@ -94,7 +94,7 @@ TraceSpec == TraceInit /\ [][TraceNext]_tvars
 \* and no TraceStep has no successor at all).
 TraceMatched == k = Len(Traces[t])
 
-\* tracecheck.validate_each (one verdict per trace, without the deadlock check):
+\* tracecheck.validate (one verdict per trace, in a run without the deadlock check):
 \* prints <<"matched", t>> for each trace followed to its end (PrintT is TRUE).
 Report == (TraceMatched /\ (Complete[t] => RunOver)) => PrintT(<<"matched", t>>)
 =============================================================================

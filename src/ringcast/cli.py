@@ -210,16 +210,14 @@ def _cmd_stress(args) -> int:
 
 
 def _record_trace(args, progress) -> bool:
-    """``--record-trace``: serialised ring-level runs (ringcast.trace.serial) and MessageQueue-level
-    runs (ringcast.trace.queue_serial), their traces written to FILE and FILE's ``.queue.json``
-    sibling and validated by TLC; prints a line per level, then ``TRACE: PASS`` (both pass) or
+    """``--record-trace``: serialised ring-level and MessageQueue-level runs (ringcast.trace.serial),
+    their traces written to FILE and FILE's ``.queue.json`` sibling and validated by TLC; prints a line per level, then ``TRACE: PASS`` (both pass) or
     ``TRACE: FAIL``."""
     import json
     from pathlib import Path
 
-    from .trace.queue_serial import record_queue_runs
     from .trace.serial import RecordError, record_runs
-    from .trace.tracecheck import validate, validate_queue
+    from .trace.tracecheck import validate
 
     n = args.trace_runs if args.trace_runs is not None else (5 if args.quick else 20)
     nq = args.queue_trace_runs if args.queue_trace_runs is not None else (2 if args.quick else 3)
@@ -231,7 +229,7 @@ def _record_trace(args, progress) -> bool:
     levels = []  # each level's ok
     for level, count, record, check, path, against in (
         ("ring-level", n, lambda: record_runs(n, seed=args.trace_seed), validate, out, "spec/Ring.tla"),
-        ("MessageQueue-level", nq, lambda: record_queue_runs(nq, seed=args.trace_seed), validate_queue, qout,
+        ("MessageQueue-level", nq, lambda: record_runs(nq, "queue", seed=args.trace_seed), lambda t: validate(t, "queue"), qout,
          "spec/Ring.tla through spec/trace/TraceQueue.tla"),
     ):
         progress.line(f"ringcast stress: recording {count} serialised {level} run(s) for trace validation")

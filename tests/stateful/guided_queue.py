@@ -20,10 +20,9 @@ import time
 from ringcast.trace.child import ChildProcess
 from ringcast.trace.coverage import check_constants
 from ringcast.trace.coverage_paths import covering_paths, dump_graph
-from ringcast.trace.coverage_park import ParkCoverage, build_park_graph
-from ringcast.trace.coverage_queue import QueueCoverage, graph_quotient
+from ringcast.trace.coverage_queue import ParkCoverage, QueueCoverage, build_park_graph, graph_quotient
 
-from .guided_base import Finding, GuidedResult, LookingModel, follow, seeded
+from .guided import Finding, GuidedResult, LookingModel, follow, seeded
 from .machine import boundary_bytes
 from .pool import Pool
 from .queue_run import QueueRun
@@ -183,7 +182,7 @@ def random_coverage(pool: GuidedPool, cov: QueueCoverage, name: str, *, examples
     """Plain Hypothesis exploration at the model's configuration: the queue machine's rules (one
     step or a burst of one process; the teardown's fair drain) and its timeouts (none, or 2-8
     virtual ms for the writer and the readers), every step projected into ``cov``, at the budget
-    of test_queue_stateful (``seed``: Hypothesis's seed instead of the profile's derandomized one,
+    of test_stateful.py::test_queue_* (``seed``: Hypothesis's seed instead of the profile's derandomized one,
     and no example database). Returns the seconds it took."""
     from hypothesis import strategies as st
     from hypothesis.stateful import initialize, run_state_machine_as_test

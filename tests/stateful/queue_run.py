@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from ringcast.layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_WAITERS
 from ringcast.ring import ShmRingBuffer
-from ringcast.trace.check import check_state
 from ringcast.trace.child import ChildError, handshake
-from ringcast.trace.model import ORDER_QUEUE, RingModel
+from ringcast.trace.model import ORDER_QUEUE, RingModel, check_state
 
 from .pool import Pool
 from .ring_run import Proc, RunBase
@@ -180,8 +179,8 @@ class QueueRun(RunBase):
         self.records.append((action, pr.p))
 
     def trace(self) -> dict:
-        """The run's trace in the form ringcast.trace.tracecheck.check_queue_trace takes."""
-        from ringcast.trace.queue_serial import queue_trace
+        """The run's trace in the form ringcast.trace.tracecheck.validate takes at level "queue"."""
+        from ringcast.trace.serial import queue_trace
 
         return queue_trace(self.model.N, self.n_local, self.M, self.records, self.describe())
 

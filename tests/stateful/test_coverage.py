@@ -108,9 +108,8 @@ def test_guided_replay_enters_every_state_of_overflow_code():
 def test_parking_projection_reads_whether_the_reader_looks_again_or_parks(pool):
     """With parking, a reader's failed look (written = 0) leads in the spec to park_snap or back
     to load_w; the code decides at its next step (spin=0: it looks twice, then parks), so the
-    projection reads the action the reader is blocked before (ringcast.trace.coverage_park)."""
-    from ringcast.trace.coverage_park import park_values
-    from ringcast.trace.coverage_queue import QueueConsts
+    projection reads the action the reader is blocked before (ringcast.trace.coverage_queue, ParkCoverage)."""
+    from ringcast.trace.coverage_queue import QueueConsts, park_values
 
     from .guided_queue import PARK
     from .queue_run import QueueRun

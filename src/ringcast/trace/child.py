@@ -3,7 +3,7 @@ endpoints MessageQueue runs: ``WriterEndpoint.publish`` / ``ReaderEndpoint.recei
 or a MessageQueue writer or reader (``enqueue`` / ``dequeue``). How a child is stepped is its
 stepper: :class:`PipeStepper` waits for the harness's ``("step", opts)`` before every step
 (tests/stateful, Hypothesis chooses), :class:`LockStepper` takes one global lock per step and
-records it (``ringcast stress --record-trace``: :mod:`.serial`, :mod:`.queue_serial`). The
+records it (``ringcast stress --record-trace``: :mod:`.serial`). The
 recording rules are :meth:`Child.hook`'s (ring level: NotifyLoadWaiters is part of the step
 before it) and :class:`LockStepper`'s (a ParkSleep is recorded at its wake-up). docs/stateful.md.
 
@@ -32,7 +32,7 @@ import random
 import time as _real_time
 import traceback
 
-from .check import observe
+from .model import observe
 from .payload import decode, encode
 
 CTX = mp.get_context("spawn")

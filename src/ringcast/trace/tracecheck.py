@@ -4,14 +4,15 @@ spec/Ring.tla (docs/stateful.md, *Trace validation*).
 Ring-level traces (``ring_run.trace_of`` in tests/stateful, :mod:`ringcast.trace.serial`) are
 ``{"N", "NR", "M", "writer", "reader", "steps": [(action, process, state), ...]}`` (and
 ``"complete": True`` for a run recorded to its end), ``state`` the spec variables observed after
-the step; :func:`validate` writes a batch as the TLA+ module TraceData (TLC 2.15 has no JSON
-module) and runs spec/trace/TraceRing.tla once per group of traces that share the spec's
-constants. MessageQueue-level traces (:mod:`.queue_serial`: ``{"N", "NR", "M", "Big", "steps":
-[(action, process), ...]}``, the code's step points only, run to their end; optional ``"looks"``:
-looks before parking, default :data:`LOOKS`, ``"timeouts"``: True if a receive could time out)
-are checked by :func:`validate_queue` against spec/trace/TraceQueue.tla (one TLC run per group
-that shares the constants), which finds the spec's state itself, with spec/overflow_code.cfg's
-constants and parking on.
+the step, are checked against spec/trace/TraceRing.tla, their batch written as the TLA+ module
+TraceData (TLC 2.15 has no JSON module). MessageQueue-level traces (:mod:`.serial`, level
+``"queue"``: ``{"N", "NR", "M", "Big", "steps": [(action, process), ...]}``, the code's step
+points only, run to their end; optional ``"looks"``: looks before parking, default
+:data:`LOOKS`, ``"timeouts"``: True if a receive could time out) are checked against
+spec/trace/TraceQueue.tla, which finds the spec's state itself, with spec/overflow_code.cfg's
+constants and parking on. One entry point for both levels (:data:`LEVELS`),
+:func:`validate`: one TLC run per group of traces that share the spec's constants, one
+:class:`Result` per trace.
 
 The spec is the one shipped inside the package (``ringcast._bundled.spec``); java, the jar, the
 cfg rewriting and TLC's output are the package's TLC library's (:mod:`ringcast.tlc`). Command
@@ -31,6 +32,9 @@ from pathlib import Path
 
 from ..tlc import run as tlc
 from ..tlc.find import find_tlc as find_tlc
+
+#: the levels a trace is recorded and checked at (:mod:`.serial`)
+LEVELS = ("ring", "queue")
 
 ORDERS = {"correct": "OrderCorrect", "reversed": "OrderPublishBeforeClear", "scan_ahead": "OrderCorrect"}
 
@@ -65,7 +69,7 @@ def _record(step) -> str:
             f'data |-> {_v(st["data"])}, w |-> {st["w"]}, i |-> {_v(st["i"])}, pc |-> {_v(st["pc"])}]')
 
 
-def trace_module(traces: list[dict]) -> str:
+def _ring_module(traces: list[dict]) -> str:
     """TraceData: every distinct record once (Base), each trace as indices into it (Idx), so that a
     batch of traces that share most of their records (mutation tests) stays small for TLC's parser."""
     base: dict[str, int] = {}
@@ -82,13 +86,14 @@ def trace_module(traces: list[dict]) -> str:
     return "\n".join(out)
 
 
-def config(N: int, NR: int, M: int, writer: str, reader: str) -> str:
+def _ring_config(N: int, NR: int, M: int, writer: str, reader: str) -> str:
     """TraceRing.cfg: spec/ring_correct.cfg (so that constants the spec gains later get the
     reference model's values without a change here) with the run's constants, INIT/NEXT of the
-    trace module, the reference's invariants and no temporal properties."""
+    trace module, the reference's invariants plus Report (never violated: it prints
+    ``<<"matched", t>>`` for each trace t matched) and no temporal properties."""
     consts = {"N": N, "NR": NR, "M": M, "Order": ORDERS[writer], "SkipReader": "TRUE" if reader == "skip" else "FALSE",
               "InitWritten": 0, "InitRead": 0, "TwoStepPayload": "TRUE", "Big": "{}", "MM": '"SC"', "Parking": "FALSE"}
-    return _cfg("ring_correct.cfg", consts)
+    return _cfg("ring_correct.cfg", consts, add_invariants="Report")
 
 
 def _cfg(reference: str, constants: dict, **kw) -> str:
@@ -101,20 +106,20 @@ def _cfg(reference: str, constants: dict, **kw) -> str:
 # -- running TLC ----------------------------------------------------------------------------------
 @dataclass
 class Result:
-    """The verdict of one TLC run: on a group of ring-level traces that share the spec's
-    constants, or on one MessageQueue-level trace (``traces`` holds what was checked)."""
+    """The verdict on one trace (``traces``: that trace), of a TLC run on its group of traces
+    (``output``: what that run printed, shared by the group's Results)."""
 
     label: str
     ok: bool
     detail: str = ""
     output: str = field(default="", repr=False)
-    failed_trace: int | None = None  # 1-based index into this group's traces
+    failed_trace: int | None = None  # 1 when failed_step is known
     failed_step: int | None = None  # 1-based index of the first step the spec does not allow
     traces: list = field(default_factory=list, repr=False)
 
     def summary(self) -> str:
         if self.ok:
-            return f"{self.label}: " + ("a behaviour of the spec" if "Big" in self.traces[0] else "all are behaviours of the spec")
+            return f"{self.label}: a behaviour of the spec"
         s = f"{self.label}: {self.detail}"
         if self.failed_trace is not None and self.failed_step is not None:
             tr = self.traces[self.failed_trace - 1]["steps"]
@@ -144,33 +149,47 @@ def _failed(out: tlc.Outcome) -> str:
     return out.errors[0].strip() if out.errors else f"TLC exited with {out.code}:\n{out.output[-3000:]}"
 
 
-def _verdicts(trs: list[dict], labels: list[str], out: tlc.Outcome) -> list[Result]:
+def _verdicts(trs: list[dict], out: tlc.Outcome) -> list[Result]:
     """A Result per trace of one TLC run ``out`` in which the invariant Report prints
     ``<<"matched", t>>`` for each trace t followed to its end: matched when it did so for the
     trace and TLC found no error (an error, such as a violated invariant, fails them all)."""
     matched = {int(m) for m in re.findall(r'<<"matched", (\d+)>>', out.output)}
     results = []
-    for t, (tr, label) in enumerate(zip(trs, labels), start=1):
+    for t, tr in enumerate(trs, start=1):
         ok = out.no_error and t in matched
         detail = ("no behaviour of the spec matches the whole trace (TLC found no way to take every recorded step)"
                   if out.no_error else _failed(out))
-        results.append(Result(label, ok, "" if ok else detail, output=out.output, traces=[tr]))
+        results.append(Result(_label(tr), ok, "" if ok else detail, output=out.output, traces=[tr]))
     return results
 
 
-def _run_tlc(traces: list[dict], key: tuple, workdir: Path, timeout: float, workers: int) -> Result:
-    N, NR, M, writer, reader = key
-    out = _tlc(workdir, "TraceRing", ("TraceData", trace_module(traces)), config(N, NR, M, writer, reader), timeout, workers)
-    res = Result(f"N={N} NR={NR} M={M} writer={writer} reader={reader}: {len(traces)} traces", out.no_error,
-                 output=out.output, traces=traces)
-    if not res.ok:
-        res.detail = _failed(out)
-        # the last state of TLC's error trace names the trace (t) and how far it matched (k)
-        last = out.last_state()
-        if "t" in last and "k" in last:
-            res.failed_trace = int(last["t"])
-            res.failed_step = int(last["k"]) + (1 if out.violated == "deadlock" else 0)
-    return res
+def _label(tr: dict) -> str:
+    if "Big" in tr:
+        return f"{tr.get('label', 'MessageQueue run')}: {len(tr['steps'])} steps"
+    return tr.get("label", "ring-level trace")
+
+
+def _ring_group(key: tuple, trs: list[dict], workdir: Path, timeout: float, workers: int) -> list[Result]:
+    """Ring-level traces that share the constants ``key``. First one TLC run with the deadlock
+    check (TraceRing: a trace that cannot be followed stops in a deadlock, whose error trace names
+    the trace and the first step the spec does not allow); if it fails and the group has more
+    than one trace, a second run without it, whose Report says which traces matched
+    (:func:`_verdicts`), and the rejected trace of the first run gets its step."""
+    data = ("TraceData", _ring_module(trs))
+    out = _tlc(workdir, "TraceRing", data, _ring_config(*key), timeout, workers)
+    if out.no_error:
+        return [Result(_label(tr), True, output=out.output, traces=[tr]) for tr in trs]
+    last = out.last_state()  # the last state of TLC's error trace: the trace (t), how far it matched (k)
+    t, step = None, None
+    if "t" in last and "k" in last:
+        t, step = int(last["t"]), int(last["k"]) + (1 if out.violated == "deadlock" else 0)
+    if len(trs) == 1 or out.code is None:  # one trace, or TLC killed at its timeout: the verdict is for all
+        results = [Result(_label(tr), False, _failed(out), output=out.output, traces=[tr]) for tr in trs]
+    else:
+        results = _verdicts(trs, _tlc(workdir, "TraceRing", data, _ring_config(*key), timeout, workers, "-deadlock"))
+    if t is not None and not results[t - 1].ok:
+        results[t - 1].detail, results[t - 1].failed_trace, results[t - 1].failed_step = _failed(out), 1, step
+    return results
 
 
 # -- MessageQueue-level traces (spec/trace/TraceQueue.tla) ----------------------------------------
@@ -179,7 +198,7 @@ def _run_tlc(traces: list[dict], key: tuple, workdir: Path, timeout: float, work
 QUEUE_REFERENCE = "overflow_code.cfg"
 
 
-def queue_config(N: int, NR: int, M: int, big: list[int], timeouts: bool = False) -> str:
+def _queue_config(N: int, NR: int, M: int, big: list[int], timeouts: bool = False) -> str:
     """TraceQueue.cfg: spec/overflow_code.cfg's constants with the run's N, NR, M, Big, and
     parking (spin, then park, with the re-check); receives that block unless the run used
     ``timeouts``; INIT/NEXT of the trace module; its invariants plus Report (never violated: it
@@ -190,42 +209,25 @@ def queue_config(N: int, NR: int, M: int, big: list[int], timeouts: bool = False
 
 
 #: looks a recorded side takes before it parks with WaitPolicy.tight_looks = 0: its first look and
-#: one look of the spin loop (spin = 0); a trace's ``looks`` adds its tight looks (queue_serial
+#: one look of the spin loop (spin = 0); a trace's ``looks`` adds its tight looks (:mod:`.serial`
 #: records the queue's, 64 where every process has a CPU); TraceQueue's look policy
 LOOKS = 2
 
 
-def queue_trace_module(traces: list, looks: int = LOOKS) -> str:
+def _queue_module(traces: list, looks: int = LOOKS) -> str:
     """QTraceData: ``traces`` (each a list of ``(action, process)``) as Traces, and Looks."""
     seqs = ",\n  ".join("<<" + ", ".join(f"[a |-> {_v(a)}, p |-> {p}]" for a, p in steps) + ">>" for steps in traces)
     return ("---- MODULE QTraceData ----\n\\* Generated by ringcast/trace/tracecheck.py: the recorded steps.\n"
             f"EXTENDS Sequences\nLooks == {looks}\nTraces == <<\n  " + seqs + "\n>>\n====\n")
 
 
-def _queue_key(tr: dict) -> tuple:
-    return (tr["N"], tr["NR"], tr["M"], tuple(tr["Big"]), tr.get("looks", LOOKS), bool(tr.get("timeouts", False)))
-
-
-def _check_queue_group(key: tuple, trs: list[dict], workdir: Path, timeout: float, workers: int) -> list[Result]:
-    """One TLC run on traces that share the constants ``key`` (:func:`_verdicts`)."""
+def _queue_group(key: tuple, trs: list[dict], workdir: Path, timeout: float, workers: int) -> list[Result]:
+    """MessageQueue-level traces that share the constants ``key``: one TLC run (:func:`_verdicts`)."""
     N, NR, M, big, looks, timeouts = key
     # a small search: a JVM that starts fast (C1 only, serial GC) halves TLC's time
-    out = _tlc(workdir, "TraceQueue", ("QTraceData", queue_trace_module([tr["steps"] for tr in trs], looks)),
-               queue_config(N, NR, M, list(big), timeouts), timeout, workers, "-deadlock", jvm=tlc.SMALL_JVM)
-    return _verdicts(trs, [f"{tr.get('label', 'MessageQueue run')}: {len(tr['steps'])} steps" for tr in trs], out)
-
-
-def check_queue_trace(tr: dict, workdir: Path, *, timeout: float = 300, workers: int = 1) -> Result:
-    """One MessageQueue-level trace (:func:`ringcast.trace.queue_serial.record_queue_run`) against
-    spec/trace/TraceQueue.tla: matched when TLC takes every recorded step (and the steps the code
-    has no step point for, where they are forced) with no invariant of Ring violated on the way."""
-    return _check_queue_group(_queue_key(tr), [tr], workdir, timeout, workers)[0]
-
-
-def validate_queue(traces: list[dict], *, timeout: float = 300, workers: int = 1, keep: str | None = None) -> list[Result]:
-    """Check every MessageQueue-level trace: one TLC run per group of traces with the same
-    constants (N, NR, M, Big, looks, timeouts); the results in the order of ``traces``."""
-    return _each(traces, _queue_key, lambda key, trs, wd: _check_queue_group(key, trs, wd, timeout, workers), keep)
+    out = _tlc(workdir, "TraceQueue", ("QTraceData", _queue_module([tr["steps"] for tr in trs], looks)),
+               _queue_config(N, NR, M, list(big), timeouts), timeout, workers, "-deadlock", jvm=tlc.SMALL_JVM)
+    return _verdicts(trs, out)
 
 
 def mutants(steps: list) -> list[tuple[str, int, list]]:
@@ -252,7 +254,7 @@ def mutants(steps: list) -> list[tuple[str, int, list]]:
 
 def mutation_table(traces: list[dict], check, valid) -> tuple[dict, list[str]]:
     """Check ``traces`` and every single-step change of them (:func:`mutants`) with ``check``
-    (:func:`validate_each` or :func:`validate_queue`) in one TLC run; ``valid(steps, kind, k)``:
+    (:func:`validate` at the traces' level), the verdicts from one TLC run; ``valid(steps, kind, k)``:
     that change is itself a run of the code, to be accepted. Returns {(action, kind): [changes,
     rejected, accepted]} and what went wrong: more than one TLC run, an original rejected, a
     change rejected that is a run of the code, or one accepted that is not."""
@@ -284,65 +286,46 @@ def _workdir(keep: str | None, name: str):
             yield Path(d)
 
 
-def group_key(tr: dict) -> tuple:
-    return (tr["N"], tr["NR"], tr["M"], tr["writer"], tr["reader"])
+#: each level's group key (the spec's constants a TLC run shares) and the check of one group
+_LEVEL = {
+    "ring": (lambda tr: (tr["N"], tr["NR"], tr["M"], tr["writer"], tr["reader"]), _ring_group),
+    "queue": (lambda tr: (tr["N"], tr["NR"], tr["M"], tuple(tr["Big"]), tr.get("looks", LOOKS),
+                          bool(tr.get("timeouts", False))), _queue_group),
+}
 
 
-def _groups(traces: list[dict], key) -> list[tuple[tuple, list[int]]]:
-    """``(constants, the indices of the traces with them)`` for each value of ``key(trace)``, sorted."""
+def validate(traces: list[dict], level: str = "ring", *, timeout: float = 600, workers: int = 1,
+             keep: str | None = None) -> list[Result]:
+    """Check every trace of ``level`` (:data:`LEVELS`) against the spec: one TLC run per group of
+    traces with the same constants (ring level: two where the first fails, :func:`_ring_group`);
+    one Result per trace, in the order of ``traces``. ``keep``: a directory to leave the generated
+    modules in (for debugging), one subdirectory per group."""
+    if level not in _LEVEL:
+        raise ValueError(f"validate: level must be one of {LEVELS}, not {level!r}")
+    key, check = _LEVEL[level]
     groups: dict[tuple, list[int]] = {}
     for n, tr in enumerate(traces):
         groups.setdefault(key(tr), []).append(n)
-    return sorted(groups.items())
-
-
-def _each(traces: list[dict], key, check, keep: str | None = None) -> list[Result]:
-    """``check(constants, traces, workdir)`` (one TLC run, a Result per trace) on each group of
-    ``traces`` with the same ``key``, in ``keep/queue_<n>`` if given, else a temporary directory;
-    the results in the order of ``traces``."""
     results: list = [None] * len(traces)
-    for g, (constants, idx) in enumerate(_groups(traces, key)):
-        with _workdir(keep, f"queue_{g + 1}") as wd:
-            for n, res in zip(idx, check(constants, [traces[n] for n in idx], wd)):
+    for g, (constants, idx) in enumerate(sorted(groups.items())):
+        with _workdir(keep, f"{level}_{g + 1}") as wd:
+            for n, res in zip(idx, check(constants, [traces[n] for n in idx], wd, timeout, workers)):
                 results[n] = res
     return results
-
-
-def validate(traces: list[dict], *, timeout: float = 600, workers: int = 1, keep: str | None = None) -> list[Result]:
-    """Check every trace against the spec; one TLC run per group of traces with the same
-    constants.  ``keep``: a directory to leave the generated modules in (for debugging)."""
-    results = []
-    for key, idx in _groups(traces, group_key):
-        with _workdir(keep, "_".join(map(str, key))) as wd:
-            results.append(_run_tlc([traces[n] for n in idx], key, wd, timeout, workers))
-    return results
-
-
-def validate_each(traces: list[dict], *, timeout: float = 600, workers: int = 1) -> list[Result]:
-    """A verdict per ring-level trace (mutation tests: most of a batch is rejected, and one
-    rejected trace must not hide the others): one TLC run per group of constants without the
-    deadlock check, in which the invariant Report prints ``<<"matched", t>>`` for each trace t
-    followed to its end. The results in the order of ``traces``."""
-    def check(key: tuple, trs: list[dict], wd: Path) -> list[Result]:
-        cfg = config(*key).replace("INVARIANTS ", "INVARIANTS Report ", 1)
-        out = _tlc(wd, "TraceRing", ("TraceData", trace_module(trs)), cfg, timeout, workers, "-deadlock")
-        return _verdicts(trs, [tr.get("label", "ring-level trace") for tr in trs], out)
-
-    return _each(traces, group_key, check)
 
 
 def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("traces", help="JSON file: a list of traces (ring_run.trace_of, ringcast.trace.serial or .queue_serial)")
+    ap.add_argument("traces", help="JSON file: a list of traces (ring_run.trace_of, ringcast.trace.serial)")
     ap.add_argument("--keep", help="leave the generated TLA+ modules in this directory")
     a = ap.parse_args(argv)
     traces = json.loads(Path(a.traces).read_text())
-    queue = [tr for tr in traces if "Big" in tr]  # MessageQueue-level (ringcast.trace.queue_serial)
+    queue = [tr for tr in traces if "Big" in tr]  # MessageQueue-level (ringcast.trace.serial, level "queue")
     ring = [tr for tr in traces if "Big" not in tr]
     bad = 0
-    for r in [*validate(ring, keep=a.keep), *validate_queue(queue, keep=a.keep)]:
+    for r in [*validate(ring, keep=a.keep), *validate(queue, "queue", keep=a.keep)]:
         print(r.summary())
         bad += not r.ok
     return 1 if bad else 0
