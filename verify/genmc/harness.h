@@ -142,12 +142,13 @@ static int h_n_published;
 /* Abort injection: the ABORT_NTH-th step ABORT_ACTION of message ABORT_MSG fails (the hook
  * returns non-zero: the step has not happened, the core unwinds with RC_ERR_RAISED). */
 static int h_abort_seen, h_aborted;
+static int h_pre_look; /* the writer's pre-look (h_await_*): not one of the sequence's steps */
 
 static int
 h_hook(rc_action a, int side, size_t index, int reader)
 {
     (void)reader;
-    if (side != RC_WRITER)
+    if (side != RC_WRITER || h_pre_look)
         return 0;
 #ifdef ABORT_ACTION
     if (h_msg == ABORT_MSG && a == ABORT_ACTION && ++h_abort_seen == ABORT_NTH) {
@@ -177,6 +178,10 @@ static int h_check_signals(void *ctx) { (void)ctx; return RC_OK; }
 static inline int
 h_may_time_out(h_ctx *c)
 {
+#ifndef DEAD_READER
+    (void)c;
+    return 0; /* nobody is reported dead: every sleep ends by a wake */
+#else
     if (c->side != RC_WRITER)
         return rc_load_u8(h_mapping + H_STATE(c->side)) == RC_READER_EVICTED;
     const uint8_t *m = h_mapping + H_META(h_w.s.index);
@@ -185,15 +190,23 @@ h_may_time_out(h_ctx *c)
             && rc_load_u8(m + 1 + r) == 0)
             return 1;
     return 0;
+#endif
+}
+
+/* The futex word's slot in futex_model.h: write_seq 0, read_seq 1 */
+static inline int
+h_futex_slot(uint32_t *word)
+{
+    return (uint8_t *)word == h_mapping + h_layout.write_seq ? 0 : 1;
 }
 
 static int
 h_futex_wait(void *ctx, uint32_t *word, uint32_t expected, double timeout)
 {
     (void)timeout;
-    int k;
+    int k = h_futex_slot(word);
     uint32_t g;
-    if (fm_futex_sleep(word, expected, &k, &g))
+    if (fm_futex_sleep(k, word, expected, &g))
         return RC_CHANGED;
     for (;;) { /* asleep */
         if (fm_woken(k, g))
@@ -202,7 +215,7 @@ h_futex_wait(void *ctx, uint32_t *word, uint32_t expected, double timeout)
             return RC_TIMED_OUT;
     }
 }
-static int h_futex_wake(void *ctx, uint32_t *word) { (void)ctx; fm_futex_wake(word); return RC_OK; }
+static int h_futex_wake(void *ctx, uint32_t *word) { (void)ctx; fm_futex_wake(h_futex_slot(word)); return RC_OK; }
 static void h_yield(void *ctx) { (void)ctx; }
 static int h_sleep(void *ctx, double s) { (void)ctx, (void)s; return RC_OK; }
 
@@ -253,6 +266,41 @@ static const rc_iface h_writer_io = {
 };
 static rc_iface h_reader_io[N_READERS];
 
+#include <genmc.h> /* __VERIFIER_assume */
+
+/* Without -DPARK the harness waits for a side's look to succeed before it calls the core's entry
+ * point: one look (the core's own rc_writer_look / rc_reader_look: the same loads and fences),
+ * then an assume that it succeeded. That is GenMC's spin-assume encoding of a spin loop of looks
+ * (an execution whose look fails is cut; the one where the look reads the newer values is
+ * explored), and it keeps most executions out of the core's park, which multiplies them. The
+ * entry point then looks again: that look usually succeeds too, but not always (a reader's
+ * pre-look may pair an old written = 1 with a freshly cleared flag, its second look the new
+ * written = 0), and then the core waits and parks as it does in production: the park is
+ * exercised in these runs too (that is how they show F6N and F6W). With -DPARK the harness calls
+ * the entry points directly and every wait parks on the futex model. */
+static void
+h_await_writer(void)
+{
+#if !defined(PARK) && !defined(DEAD_READER) /* (a dead reader is evicted from the core's wait) */
+    int free_ = 0;
+    h_pre_look = 1;
+    int rc = rc_writer_look(&h_w, &free_);
+    h_pre_look = 0;
+    __VERIFIER_assume(rc == RC_OK && free_);
+#endif
+}
+
+static void
+h_await_reader(int r)
+{
+#ifndef PARK
+    int ready = 0, rc = rc_reader_look(&h_rd[r], &ready);
+    __VERIFIER_assume(rc == RC_OK && ready);
+#else
+    (void)r;
+#endif
+}
+
 /* The writer publishes messages 1..M (message OVERFLOW_MSG, if defined, as a marker whose
  * payload goes on the FIFO); an injected abort ends one publish with RC_ERR_RAISED, and the
  * writer goes on with the next message (which first finishes what the abort left owed). */
@@ -274,6 +322,8 @@ h_writer(void *arg)
         size_t lens[1] = {sizeof buf};
         rc_parts parts = {1, bufs, lens};
         h_msg = h_sending = k;
+        if (h_w.owed_chunk < 0 && !h_w.wake_owed)
+            h_await_writer(); /* (with something owed, the finish moves the cursor first) */
         int rc = rc_writer_publish(&h_w, &parts, overflow, 0, RC_NO_TIMEOUT);
         assert(rc == RC_OK || (rc == RC_ERR_RAISED && h_aborted && k == h_msg));
     }
@@ -294,6 +344,8 @@ h_reader(void *arg)
         if (r == DEAD_READER && c->n_got == DEAD_AFTER)
             return NULL; /* dies: the writer's probe says so (h_dead, set in main) */
 #endif
+        if (!h_rd[r].owed_payload)
+            h_await_reader(r);
         int marker = 0, rc = rc_reader_receive(&h_rd[r], RC_NO_TIMEOUT, RC_NO_TIMEOUT, &marker);
         if (rc == RC_ERR_EVICTED || (rc == RC_ERR_RAISED && c->failed == RC_ERR_EVICTED)) {
             assert(__atomic_load_n(&h_dead[r], __ATOMIC_SEQ_CST)); /* only a reader reported dead */
