@@ -36,7 +36,9 @@ def bundled_packages() -> dict[str, str]:
 BUNDLED = bundled_packages()
 FENCES_H = "src/ringcast/ringcast_fences.h"  # the one copy of every fence, included by every extension
 #: the files _protocol.c includes (one translation unit)
-PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("cursor", "ring", "wait", "endpoint")]
+PROTOCOL_PARTS = [f"src/ringcast/_protocol_{part}.c" for part in ("counters", "cursor", "ring", "wait", "endpoint", "sides")]
+#: the protocol core (plain C, no CPython header): _protocol.c includes rc_core.c, which includes the rest
+CORE_PARTS = [f"src/ringcast/core/{name}" for name in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_planted.c")]
 #: the files _litmus.c includes (one translation unit)
 LITMUS_PARTS = [f"src/ringcast/_litmus_{part}.c" for part in ("runs", "hunt", "build")]
 
@@ -46,7 +48,7 @@ setup(
     package_data={"ringcast": ["py.typed"], **{name: DATA for name in BUNDLED}},
     ext_modules=[
         # the ring's and the eventcount's steps: no fallback, the protocol is this code
-        Extension("ringcast._protocol", ["src/ringcast/_protocol.c"], depends=[FENCES_H, *PROTOCOL_PARTS]),
+        Extension("ringcast._protocol", ["src/ringcast/_protocol.c"], depends=[FENCES_H, *PROTOCOL_PARTS, *CORE_PARTS]),
         Extension("ringcast._atomics", ["src/ringcast/_atomics.c"], depends=[FENCES_H]),
         Extension("ringcast._litmus", ["src/ringcast/_litmus.c"], depends=[FENCES_H, *LITMUS_PARTS], optional=True),
     ],

@@ -406,7 +406,7 @@ ReaderCrash(r) ==
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped,
                    aslot, mslot, vbad, cp, apend>>
 
-\* endpoint.py::WriterEndpoint._writer_send_overflow
+\* _protocol.c::_WriterEndpoint._writer_send_overflow
 WriterSendOverflow ==
     /\ pc[Wr] = "send"
     /\ fifo' = IF msg \in Big
@@ -559,7 +559,7 @@ ReaderAck(r) ==
        /\ pc' = [pc EXCEPT ![r] = "copy_late"]
        /\ UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* endpoint.py::ReaderEndpoint._reader_recv_overflow
+\* _protocol.c::_ReaderEndpoint._reader_recv_overflow
 ReaderRecvOverflow(r) ==
     /\ pc[r] \in {"recv", "owed"}
     /\ \/ /\ fifo[r] # << >>                    \* receive the payload
@@ -612,7 +612,7 @@ ParkAnnounce(p) ==
 \* goes on to ParkRetire (rechk kept: ready) or ParkSleep.
 \* Its loads may run before the increment is visible (LateAnnc); with F6W
 \* the fence after the RMW waits for it.
-\* waiting.py::Waiter._park_recheck
+\* _protocol.c::_ReaderEndpoint._park_recheck
 ParkRecheck(p) ==
     /\ pc[p] = "park_recheck"
     /\ MM = "RELAXED" /\ F6W => ~annc[p]

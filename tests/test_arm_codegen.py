@@ -8,11 +8,11 @@ fence the Python code calls: the tensor arena's) with ``aarch64-linux-gnu-gcc -O
 .ci/run installs it) in each code generation an Arm build may use (outline atomics, LL/SC, LSE)
 and checks, from the assembly of the function each fence point is in:
 
-* F1, F3, F5 (``rc_fence()`` in the C steps ``writer_claim``, ``writer_publish``,
-  ``reader_ack``) and F7, F4 (in the endpoints' ``wep_clear_flags_and_publish``, ``rep_ready``):
-  a ``dmb ish``;
-* F6N (NotifyLoadWaiters, ``ec_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
-* F6W (ParkAnnounce, ``ec_park_announce``): a ``dmb ish`` after its read-modify-write, before it
+* F1, F3, F5, F8 (``RC_F<n>()``, ``rc_fence()`` in a shipped build, in the core's steps
+  ``writer_claim``, ``writer_publish``, ``reader_ack``, ``reader_check_evicted``) and F7, F4 (in
+  the core's sequence: ``clear_and_publish``, ``reader_look_impl``): a ``dmb ish``;
+* F6N (NotifyLoadWaiters, ``rc_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
+* F6W (ParkAnnounce, ``rc_park_announce``): a ``dmb ish`` after its read-modify-write, before it
   returns.  A seq_cst RMW alone (``ldaxr``/``stlxr``, ``ldaddal``) lets a later plain load pass
   it, which loses a wake-up (spec: ``park_relaxed_code_no_f6w`` deadlocks).
 
@@ -64,7 +64,8 @@ RETURN = re.compile(r"^\s*(ret\b|b\s+PyLong_From\w+)")
 # ------------------------------------------------------------ fence points --
 
 #: the primitive each fence point's C code calls -> the kind of barrier it must compile to
-C_PRIMITIVES = {"rc_fence": "fence", "rc_fence_load_u32": "fence_load_u32", "rc_fetch_add_u32": "fetch_add_u32"}
+C_PRIMITIVES = {"rc_fence": "fence", "rc_fence_load_u32": "fence_load_u32", "rc_fetch_add_u32": "fetch_add_u32",
+                **{f"RC_F{n}": "fence" for n in (1, 3, 4, 5, 7, 8)}}  # the core's fence points (rc_fence unless a test drops one)
 
 
 def c_fence_points(source: Path) -> dict[str, tuple[str, str]]:
@@ -94,11 +95,12 @@ def fence_points() -> dict[str, tuple[Path, str, str]]:
 
 def test_fence_points_are_found_in_the_code():
     points = fence_points()
-    assert set(points) == {"F1", "F3", "F4", "F5", "F6N", "F6W", "F7"}, points
-    assert points["F6W"][1:] == ("ec_park_announce", "fetch_add_u32"), points
-    assert points["F6N"][1:] == ("ec_notify_load_waiters", "fence_load_u32"), points
+    assert set(points) == {"F1", "F3", "F4", "F5", "F6N", "F6W", "F7", "F8"}, points
+    assert points["F6W"][1:] == ("rc_park_announce", "fetch_add_u32"), points
+    assert points["F6N"][1:] == ("rc_notify_load_waiters", "fence_load_u32"), points
     assert points["F1"][1] == "writer_claim" and points["F3"][1] == "writer_publish" and points["F5"][1] == "reader_ack", points
-    assert points["F7"][1] == "wep_clear_flags_and_publish" and points["F4"][1] == "rep_ready", points
+    assert points["F7"][1] == "clear_and_publish" and points["F4"][1] == "reader_look_impl", points
+    assert points["F8"][1] == "reader_check_evicted", points
 
 
 # --------------------------------------------------------------- assembly --
@@ -229,7 +231,8 @@ def test_litmus_code_builds_for_aarch64_on_the_same_fences(variant, front, tmp_p
 def test_no_second_copy_of_a_fence():
     """Only ringcast_fences.h spells a fence or an atomic RMW; the three extensions include it."""
     spelled = re.compile(r"__atomic_thread_fence|__sync_\w+|__atomic_fetch_\w+|__atomic_exchange\w*|__atomic_compare\w*|\b(?:__)?asm(?:__)?\b")
-    parts = [*sorted(SRC.glob("_protocol_*.c")), *sorted(SRC.glob("_litmus_*.c"))]  # included by _protocol.c, _litmus.c
+    parts = [*sorted(SRC.glob("_protocol_*.c")), *sorted(SRC.glob("_litmus_*.c")),  # included by _protocol.c, _litmus.c
+             *sorted((SRC / "core").glob("*.c"))]  # the protocol core (its rc_core.c includes ringcast_fences.h)
     assert len(parts) >= 7, parts
     for c in (PROTOCOL_FILE, C_FILE, LITMUS_FILE, *parts):
         assert '#include "ringcast_fences.h"' in c.read_text() or c in parts, c.name

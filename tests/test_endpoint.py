@@ -1,11 +1,14 @@
-"""The endpoints' per-message sequence, which is C (src/ringcast/_protocol_endpoint.c): its
-arguments, its bad uses, the view it lends copy_out, exceptions on the way out, and subclasses'
-overrides running inside it. The sequence's order and its protocol are the spec's and the
-stateful harness's (tests/stateful); these are the C function's own edges."""
+"""The endpoints' per-message sequence, which is the protocol core's (src/ringcast/core/rc_core.c)
+behind a thin binding (src/ringcast/_protocol_*.c): its arguments, its bad uses, the view it lends
+copy_out, exceptions on the way out, and the binding taking no protocol decision. The sequence's
+order and its protocol are the spec's and the stateful harness's (tests/stateful); these are the
+C functions' own edges."""
 
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +16,7 @@ from ringcast import steps as steps_mod
 from ringcast._protocol import _ReaderEndpoint, _WriterEndpoint
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.ring import RingReader, RingWriter
-from ringcast.waiting import EventCount, WaitPolicy
+from ringcast.waiting import WaitPolicy
 
 from test_ring import ring  # noqa: F401  (the fixture: 3 readers, 64 B chunks, 2 chunks)
 
@@ -51,16 +54,14 @@ def test_the_cursor_is_the_sides_and_set_once(ring):
         w.cursor = RingWriter(ring)
     with pytest.raises(TypeError, match="_WriterSteps"):
         WriterEndpoint(ring, POLICY, cursor=RingReader(ring, 0))
-    with pytest.raises(TypeError, match="EventCount"):
-        w.notifies = object()
     with pytest.raises(TypeError, match="_ReaderSteps"):
         ReaderEndpoint(ring, 0, POLICY, cursor=RingWriter(ring))
 
 
 def test_an_endpoint_never_built_from_a_ring_raises():
-    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._clear_flags_and_publish,
+    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._finish,
                  _ReaderEndpoint().ready, lambda: _ReaderEndpoint().receive(bytes)):
-        with pytest.raises(RuntimeError, match="no cursor"):
+        with pytest.raises(RuntimeError, match="not bound"):
             call()
 
 
@@ -125,37 +126,31 @@ def test_a_failing_unpublished_callback_chains_the_abort(ring):
     assert ring.flags(0)[0] == 1
 
 
-def test_overrides_run_inside_the_sequence(ring):
-    """What the planted-bug variants rely on: the C sequence calls a subclass's method by name."""
-    calls = []
+SRC = Path(__file__).resolve().parent.parent / "src" / "ringcast"
+#: the core's step functions (core/rc_steps.c) and sequence parts: only the core calls them
+STEPS = re.compile(r"(?<![\w\".])(writer_(claim|clear_written|write_payload|clear_read_flag|publish|evict)|reader_(load_written|load_read_flag|"
+                   r"copy|check_evicted|ack)|rc_notify|claim|clear_and_publish|begin|aborted|side_wait|park|look)\(")
 
-    class Cursor(RingWriter):
-        def _writer_claim(self):
-            calls.append("claim")
-            return super()._writer_claim()
 
-    class Writer(WriterEndpoint):
-        def _clear_flags_and_publish(self):
-            calls.append("publish")
-            super()._clear_flags_and_publish()
+def test_the_binding_takes_no_protocol_decision():
+    """Issue 38: the CPython binding (_protocol*.c) converts, fills the interface and maps errors;
+    it calls no ring step itself (only the core orders them: each entry point calls one rc_*
+    entry point, a cursor's single-step methods go through rc_step), and it looks nothing up by
+    name per step (no _PyType_Lookup). The core includes no CPython header."""
+    binding = {p.name: p.read_text() for p in sorted(SRC.glob("_protocol*.c"))}
+    assert "_protocol_sides.c" in binding and "_protocol_endpoint.c" in binding
+    for name, text in binding.items():
+        code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        assert not STEPS.search(code), (name, STEPS.search(code).group(0))
+        assert "_PyType_Lookup" not in code, name
+    for core in sorted((SRC / "core").glob("*.[ch]")):
+        assert "Python.h" not in core.read_text(), core.name
 
-    class Reader(ReaderEndpoint):
-        def ready(self):
-            calls.append("ready")
-            return super().ready()
 
-    class Notifies(EventCount):
-        def notify(self, side, index):
-            calls.append(("notify", side))
-            return super().notify(side, index)
-
-    w = Writer(ring, POLICY, cursor=Cursor(ring))
-    w.notifies = Notifies(*ring.write_seq_addrs(), w.counters)
-    r = Reader(ring, 1, POLICY)
-    w.publish((b"x",), timeout=0)
-    assert r.receive(lambda v: bytes(v[:1]), timeout=0) == (b"x", None)
-    assert calls == ["claim", "publish", ("notify", "writer"), "ready"]
-    r.release()
+def test_the_check_sees_a_step_call():
+    """The check above is not vacuous: a binding line calling a step is caught."""
+    assert STEPS.search("    int rc = writer_publish(&c->st.w);")
+    assert STEPS.search("rc = reader_ack(rd);") and not STEPS.search("rc = rc_reader_receive(&c->st.r, t, d, &m);")
 
 
 def test_an_abort_after_a_read_flag_is_cleared_finishes_the_message():

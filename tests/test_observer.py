@@ -240,8 +240,112 @@ def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch, read):
         with pytest.raises(EvictedError, match="evicted this reader"):
             read(r)
         assert done and rb.reader_evicted(0)
+        # the reader is gone (spec: "gone"): it did not ack (its cursor stays), and every later
+        # receive says so at once instead of waiting on a ring it no longer belongs to (before:
+        # it waited for a flag the eviction set for good, and timed out)
+        assert r.gone and r.index == 0
+        with pytest.raises(EvictedError):
+            r.receive(lambda view: bytes(view[:6]), timeout=0)
     finally:
         monkeypatch.setattr(steps, "hook", None)
         r.release()
         rb.close()
         rb.unlink()
+
+
+class _Pipe(Observer):
+    """An overflow channel in one process: what the writer sends, the reader receives, in order."""
+
+    def __init__(self) -> None:
+        self.queued = []
+
+    def send_overflow(self, frames) -> None:
+        self.queued.append(list(frames))
+
+    def recv_overflow(self, deadline, timeout) -> list:
+        return self.queued.pop(0)
+
+
+def test_an_exception_after_a_markers_ack_leaves_its_payload_owed(monkeypatch):
+    """Issue 37: a receive that fails between the ack of a marker chunk and the payload's
+    receive (here the step hook at the reader's NotifyLoadWaiters, right after ReaderAck) leaves
+    the payload owed: the next receive takes it first, so the marker is paired with its own
+    payload. Before, the owed flag was set only after the ack's notify returned: the next
+    receive read the next chunk (b"i2") and the payload came one message late."""
+    rb = ShmRingBuffer(1, 64, 2)
+    pipe = _Pipe()
+    w, r = WriterEndpoint(rb, POLICY, observer=pipe), ReaderEndpoint(rb, 0, POLICY, observer=pipe)
+
+    def copy(view):
+        return OVERFLOW if bytes(view[:1]) == b"M" else bytes(view[:2])
+
+    def hook(action, side, index, reader):
+        if action == "NotifyLoadWaiters" and side == 0 and not raised:
+            raised.append(index)
+            raise KeyboardInterrupt("after the marker's ack")
+
+    raised = []
+    try:
+        w.publish((b"M",), timeout=0, overflow=[b"payload-1"])
+        w.publish((b"i2",), timeout=0)
+        monkeypatch.setattr(steps, "hook", hook)
+        with pytest.raises(KeyboardInterrupt):
+            r.receive(copy, timeout=0)
+        monkeypatch.setattr(steps, "hook", None)
+        assert raised == [1] and r.owed and r.index == 1  # acked, payload owed
+        assert r.receive(copy, timeout=0) == (None, [b"payload-1"])
+        assert r.receive(copy, timeout=0) == (b"i2", None) and not r.owed
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        r.release()
+        rb.close()
+        rb.unlink()
+
+
+def test_an_exception_at_the_recheck_retires_the_announced_waiter(monkeypatch):
+    """Issue 37: once a parking side has announced itself (ParkAnnounce: waiters += 1), every way
+    out retires it, an exception too: else every later notify would wake (and count) for nobody."""
+    rb = ShmRingBuffer(1, 64, 2)
+    r = ReaderEndpoint(rb, 0, WaitPolicy(spin=0.0, recheck_interval=3600.0))
+
+    def hook(action, side, index, reader):
+        if action == "ParkRecheck":
+            raise KeyboardInterrupt("right after ParkAnnounce")
+
+    try:
+        monkeypatch.setattr(steps, "hook", hook)
+        with pytest.raises(KeyboardInterrupt):
+            r.wait_ready()
+        monkeypatch.setattr(steps, "hook", None)
+        _seq, waiters = rb.write_seq_addrs()
+        from ringcast.atomics import load_u32
+
+        assert load_u32(waiters) == 0
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        r.release()
+        rb.close()
+        rb.unlink()
+
+
+@pytest.mark.timeout(60)
+def test_waking_the_sleepers_of_a_closed_ring_touches_nothing():
+    """Issue 37: shutdown() may run on any thread, so it may race close(); before, wake_all woke
+    the futex words at raw addresses, of a mapping close() may just have unmapped (a crash).
+    Now the wake pins the mapping first: on a closed ring it does nothing. In a child process,
+    so that a crash shows as its exit status."""
+    import subprocess
+    import sys
+
+    script = (
+        "from ringcast import MessageQueue\n"
+        "q = MessageQueue(1, 1, max_chunk_bytes=64, max_chunks=2)\n"
+        "ep = q._endpoint\n"
+        "q.buffer.close()\n"
+        "ep.wake_all()\n"
+        "q._cancelled.set()\n"
+        "q.close()\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)

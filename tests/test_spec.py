@@ -85,9 +85,9 @@ def c_methods_of(path: Path) -> dict[str, set[str]]:
     text = c_unit(path)
     tables = {m.group(1): set(re.findall(r'^\s*\{"(\w+)",', m.group(2), flags=re.M))
               for m in re.finditer(r"static PyMethodDef (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
-    slots = {m.group(1): re.search(r"Py_tp_methods, (\w+)\}", m.group(2)).group(1)
+    slots = {m.group(1): t.group(1) if (t := re.search(r"Py_tp_methods, (\w+)\}", m.group(2))) else None
              for m in re.finditer(r"static PyType_Slot (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
-    return {m.group(1): tables[slots[m.group(2)]]
+    return {m.group(1): tables.get(slots[m.group(2)], set())
             for m in re.finditer(r'static PyType_Spec \w+ = \{"ringcast\.\w+\.(\w+)",[^;]*?(\w+_slots)\}', text, flags=re.S)}
 
 

@@ -214,24 +214,27 @@ def _c_step_functions() -> dict[str, str]:
             if name in _ring_steps()}
 
 
-def test_only_the_c_sequence_calls_the_c_steps():
-    """In the extension, a ring step's C function is named only where it is defined, in its
-    method table, and by the endpoints' sequence (_protocol_endpoint.c): no other C code runs a
-    step, and the sequence calls each step it runs as the C function (or its override)."""
-    fns = _c_step_functions()
-    assert {"writer_claim", "writer_publish", "reader_copy", "reader_ack"} <= fns.keys(), fns
-    seq = (PKG / "_protocol_endpoint.c").read_text()
-    others = {f.name: f.read_text() for f in sorted(PKG.glob("_protocol*.c")) if f.name != "_protocol_endpoint.c"}
-    bad = {}
-    for name, text in others.items():
-        for fn in fns:
-            uses = [line for line in text.splitlines() if re.search(rf"\b{fn}\b", line)
-                    and not re.match(rf"^{fn}\(", line) and not re.search(rf"\(PyCFunction\){fn},", line)]
-            if uses:
-                bad[f"{name}: {fn}"] = uses
-    assert not bad, f"C code outside the endpoint sequence naming a ring step: {bad}"
-    called = {fn for fn in fns if re.search(rf"\(PyCFunction\){fn}\b", seq)}
-    assert called == set(fns) - {"writer_evict"}, sorted(set(fns) - called)  # eviction: endpoint.py's evict_dead
+def _core_step_functions() -> set[str]:
+    """The protocol core's step functions: core/rc_steps.c's definitions tagged ``Spec: <Action>``."""
+    fns, tagged = set(), False
+    for line in (PKG / "core" / "rc_steps.c").read_text().splitlines():
+        tagged = tagged or "/* Spec" in line
+        if (m := re.match(r"^(\w+)\(", line)) and tagged:
+            fns.add(m.group(1))
+            tagged = False
+    return fns
+
+
+def test_only_the_core_calls_the_c_steps():
+    """A ring step's C function (core/rc_steps.c) is called only by the protocol core (rc_core.c,
+    rc_wait.c, and the test build's rc_planted.c): the CPython binding (_protocol*.c) names none
+    (tests/test_endpoint.py checks its calls too), and the core's sequence calls each."""
+    fns = _core_step_functions()
+    assert {"writer_claim", "writer_publish", "reader_copy", "reader_ack", "reader_check_evicted"} <= fns, fns
+    bad = {f"{f.name}: {fn}" for f in sorted(PKG.glob("_protocol*.c")) for fn in fns if re.search(rf"\b{fn}\b", f.read_text())}
+    assert not bad, f"binding code naming a ring step: {bad}"
+    core = "".join((PKG / "core" / n).read_text() for n in ("rc_core.c", "rc_wait.c"))
+    assert {fn for fn in fns if re.search(rf"\b{fn}\(", core)} == fns
 
 
 def _step_calls(path: Path, steps: set[str]) -> set[str]:

@@ -10,7 +10,10 @@ import time
 import pytest
 
 from ringcast import Cancelled, DeadReaderError, DeadWriterError, MessageQueue, steps, waiting
-from ringcast.waiting import EventCount, WaitPolicy
+from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
+from ringcast.errors import RingTimeoutError
+from ringcast.ring import ShmRingBuffer
+from ringcast.waiting import WaitPolicy
 
 import _workers
 from _procs import CTX, Children
@@ -29,23 +32,6 @@ def _run_thread(fn):
     t = threading.Thread(target=body, daemon=True)
     t.start()
     return t, box
-
-
-class DroppingEventCount(EventCount):
-    """Fault injection, test-side: the next ``drop`` notifications that would wake somebody are
-    silently skipped (NotifyWake does nothing)."""
-
-    __slots__ = ("drop",)
-
-    def __init__(self, ec: EventCount, drop: int) -> None:
-        super().__init__(ec.seq, ec.waiters, ec.counters)
-        self.drop = drop
-
-    def _notify_wake(self, side, index: int) -> None:
-        if self.drop:
-            self.drop -= 1
-            return
-        super()._notify_wake(side, index)
 
 
 #: A recheck interval no test outlives: a waiter parked with it wakes only when notified (or at its
@@ -142,26 +128,34 @@ def test_idle_busy_transitions_deliver_everything(monkeypatch):
 
 @pytest.mark.timeout(30)
 def test_dropped_notification_is_recovered_by_the_recheck(monkeypatch):
-    g = Group(n_reader=1, spin=0.0, recheck_interval=0.05)
+    """A wake-up lost: between the reader's ParkAnnounce and its sleep the writer publishes with
+    its single steps and no notify (what a dropped NotifyWake leaves). Only the recheck cap ends
+    the sleep; the reader then finds the message with seq unmoved and counts a recheck hit."""
+    ring = ShmRingBuffer(1, 64, 2)
+    w = WriterEndpoint(ring, WaitPolicy(spin=0.0, recheck_interval=0.05))
+    r = ReaderEndpoint(ring, 0, WaitPolicy(spin=0.0, recheck_interval=0.05))
+    published = []
+
+    def publish_unnotified(action, side, index, reader):
+        if action == "ParkSleep" and side == 0 and not published:
+            published.append(index)
+            c = w.cursor
+            assert c._writer_claim()
+            c._writer_clear_written()
+            c._writer_write_payload((b"lost wake-up",))
+            c._writer_clear_read_flag(0)
+            c._writer_publish()
+
     try:
-        r = g.rs[0]
-        ep = g.w._endpoint
-        ep.notifies = dropping = DroppingEventCount(ep.notifies, 1)  # fault injection: lose the next wake-up
-        published = []
-
-        def publish_while_parking(action, side, index, reader):
-            # the writer publishes and notifies between the reader's ParkAnnounce and its sleep:
-            # it sees the waiter, so only the recheck cap can save the dropped wake-up
-            if action == "ParkSleep" and side == 0 and not published:
-                published.append(index)
-                g.w.enqueue("lost wake-up")
-
-        monkeypatch.setattr(steps, "hook", publish_while_parking)
-        assert r.dequeue(timeout=10) == "lost wake-up"
-        assert published == [0] and dropping.drop == 0  # the drop did happen, to a parked reader
-        assert r.statistics().recheck_hits == 1
+        monkeypatch.setattr(steps, "hook", publish_unnotified)
+        assert r.receive(lambda v: bytes(v[:12]), timeout=10) == (b"lost wake-up", None)
+        assert published == [0] and r.counters.parks == 1
+        assert r.counters.recheck_hits == 1
     finally:
-        g.close()
+        monkeypatch.setattr(steps, "hook", None)
+        r.release()
+        ring.close()
+        ring.unlink()
 
 
 @pytest.mark.timeout(30)
@@ -328,53 +322,75 @@ def test_close_from_another_thread_while_parked_waits_for_the_waiter():
         g.close()
 
 
-class _Clock:
-    """A clock that moves ``step`` seconds per read (the harness's virtual time does the same)."""
+class _StepClock:
+    """ringcast.waiting's ``time``, test-side: monotonic() moves ``step`` seconds per read (the
+    harness's virtual time does the same)."""
 
     def __init__(self, step: float) -> None:
         self.now, self.step, self.reads = 0.0, step, 0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         self.reads += 1
         self.now += self.step
         return self.now
 
 
-def test_the_spin_phase_follows_the_clock_it_is_given():
-    """The spin phase (C) reads the clock it is passed, the waiting module's ``time.monotonic``
-    (which the stateful harness replaces): with a clock that moves 1 s per read, a 3.5 s spin
-    yields 3 times and looks 4 + tight_looks times, whatever the real time."""
-    looks, clock, counters = [], _Clock(1.0), waiting.Counters()
-    assert waiting.spin(lambda: looks.append(1) and False, clock, 3.5, None, [False], 2, counters) is False
-    assert (len(looks), clock.reads, counters.spins) == (6, 4, 3)
-    clock = _Clock(1.0)
-    assert waiting.spin(lambda: False, clock, 3.5, 1.5, [False], 0, counters) is False  # the deadline first
-    assert (clock.reads, counters.spins) == (2, 4)
-    assert waiting.spin(lambda: len(looks) > 7 or looks.append(1), _Clock(1.0), 1e9, None, [False], 0, counters) is True
+def _reader_on_empty_ring(policy: WaitPolicy):
+    ring = ShmRingBuffer(1, 64, 2)
+    return ring, ReaderEndpoint(ring, 0, policy)
 
 
-def test_the_spin_phase_stops_at_shutdown_and_on_an_exception():
-    counters = waiting.Counters()
-    cancelled = [False]
+def _close(ring, r) -> None:
+    r.release()
+    ring.close()
+    ring.unlink()
 
-    def ready():
-        cancelled[0] = True  # shutdown() from another thread, between two looks
-        return False
 
-    assert waiting.spin(ready, _Clock(0.0), 1e9, None, cancelled, 0, counters) is False  # the park phase raises
-    assert counters.spins == 1
-    n = []
+def test_the_spin_phase_follows_the_waiting_modules_clock(monkeypatch):
+    """The wait (C, the core's side_wait) reads the clock through ringcast.waiting's ``time``
+    (which the stateful harness replaces): with a clock that moves 1 s per read, a 3.5 s spin with
+    2 tight looks yields 3 times, and a 4 s timeout ends the park phase at its first round, after
+    8 looks in all (the first one, 2 tight, 4 spinning, 1 at the timeout), whatever the real time."""
+    looks = []
+    monkeypatch.setattr(waiting, "time", clock := _StepClock(1.0))
+    ring, r = _reader_on_empty_ring(WaitPolicy(spin=3.5, recheck_interval=_FOREVER, tight_looks=2))
+    try:
+        monkeypatch.setattr(steps, "hook", lambda a, *rest: looks.append(a) if a == "ReaderLoadWritten" else None)
+        with pytest.raises(RingTimeoutError):
+            r.wait_ready(timeout=4.0)
+        monkeypatch.setattr(steps, "hook", None)
+        assert (len(looks), clock.reads, r.counters.spins, r.counters.timeouts, r.counters.parks) == (8, 6, 3, 1, 0)
+    finally:
+        _close(ring, r)
 
-    def failing():
-        n.append(1)
-        if len(n) == 3:
-            raise KeyError("in ready")
-        return False
 
-    with pytest.raises(KeyError, match="in ready"):
-        waiting.spin(failing, _Clock(0.0), 1e9, None, [False], 0, counters)
-    assert counters.spins == 1 + 2  # the yields before the exception are counted
-    with pytest.raises(TypeError, match="one-element list"):
-        waiting.spin(failing, _Clock(0.0), 1.0, None, [], 0, counters)
-    with pytest.raises(TypeError, match="7 arguments|spin\\(ready, clock"):
-        waiting.spin(failing)
+def test_the_spin_phase_stops_at_shutdown_and_on_an_exception(monkeypatch):
+    """A cancel set between two looks ends the spin and the park phase raises Cancelled at once;
+    an exception of a look (here the step hook's) ends the wait, the yields before it counted."""
+    monkeypatch.setattr(waiting, "time", _StepClock(0.0))  # the spin never runs out
+    cancel = waiting.Cancel()
+    ring = ShmRingBuffer(1, 64, 2)
+    r = ReaderEndpoint(ring, 0, WaitPolicy(spin=1.0, recheck_interval=_FOREVER), cancel=cancel)
+    looks = []
+
+    def hook(action, side, index, reader):
+        if action == "ReaderLoadWritten":
+            looks.append(1)
+            if len(looks) == 2:
+                cancel.set()  # shutdown() from another thread, between two looks
+            if len(looks) == 5:
+                raise KeyError("in a look")
+
+    try:
+        monkeypatch.setattr(steps, "hook", hook)
+        with pytest.raises(Cancelled, match="shutdown"):
+            r.wait_ready()
+        assert r.counters.spins == 1 and r.counters.parks == 0 and len(looks) == 2
+        r2 = ReaderEndpoint(ring, 0, WaitPolicy(spin=1.0, recheck_interval=_FOREVER))
+        with pytest.raises(KeyError, match="in a look"):
+            r2.wait_ready()
+        assert r2.counters.spins == 1  # look 3 is wait_ready's own, look 4 the spin's first, then a yield
+        r2.release()
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        _close(ring, r)

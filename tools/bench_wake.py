@@ -21,6 +21,7 @@ while idle. Not a pass/fail test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -57,7 +58,8 @@ def _reader(mode, handle, rank, n, out_q):
         spin = {"futex": 0.0, "adaptive": 100e-6, "spin": 1e9, "poll-1ms": 0.0}[mode]
         mq = MessageQueue.create_from_handle(handle, rank, spin=spin)
         if mode == "poll-1ms":
-            mq._endpoint.parks_on = None  # no futex: timed 1 ms sleeps
+            ep = mq._endpoint  # no futex: timed 1 ms sleeps
+            ep._bind(ep.ring, ep.observer, ep.counters, ep.cancel, dataclasses.replace(ep.policy, futex=False), False)
         mq.wait_until_ready(30)
         out_q.put(("ready", rank))
         cpu0, wall0 = time.process_time(), time.monotonic()

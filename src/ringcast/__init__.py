@@ -4,9 +4,10 @@ General layout, bottom up (an import never points up; tests/test_structure.py ch
 import cycle exists, imports inside functions included):
 
 * :mod:`ringcast.errors` - the exception types (every one a subclass of what vLLM raises).
-* ``ringcast._protocol`` (C, src/ringcast/_protocol*.c) - the ring's and the eventcount's atomic
-  steps, one C function per TLA+ action of spec/Ring.tla, each with the step hook as its
-  tracepoint; the fences inside them (F1, F3, F5, F6W, F6N).
+* ``ringcast._protocol`` (C) - the protocol core (src/ringcast/core/, plain C: each side's whole
+  per-message state machine, one C function per TLA+ action of spec/Ring.tla with the step hook
+  as its single tracepoint, the waits, the fences F1, F3-F8) behind a thin CPython binding
+  (src/ringcast/_protocol*.c).
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
@@ -17,14 +18,15 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.shm` - creating/attaching shared memory segments.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the cursors ``RingWriter``, ``RingReader``
   (built from a ring over the C steps of ``ringcast._protocol``).
-* :mod:`ringcast.waiting` - spin-then-park waiting on an eventcount (no lost wake-ups).
+* :mod:`ringcast.waiting` - the wait policy, counters and cancel request of the core's
+  spin-then-park wait on an eventcount (no lost wake-ups).
 * :mod:`ringcast.arena` - the tensor arena beside the ring: large arrays/tensors in slots of a
   second segment, read as zero-copy views, released when the last view dies (spec/Arena.tla).
 * :mod:`ringcast.endpoint` - the protocol endpoints: ``WriterEndpoint.publish(parts, ...)`` and
   ``ReaderEndpoint.receive(copy_out, ...)`` run each side's whole sequence for one message
-  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying), in C
-  (``ringcast._protocol``'s endpoint types, which they subclass); the only caller of the ring's
-  steps, and what MessageQueue, the stateful harness and the trace recorder run.
+  (claim .. publish, load .. ack, the overflow pairing, waiting and notifying): the protocol
+  core's (``ringcast._protocol``'s endpoint types, which they subclass); what MessageQueue, the
+  stateful harness and the trace recorder run.
   Each endpoint is given one ``Observer`` (overflow I/O, errors and the long-wait log); the
   endpoint decides, e.g. evicts dead readers, the observer reports.
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).

@@ -1,99 +1,36 @@
-/* ringcast._protocol: the ring's and the eventcount's atomic steps, one C function per action of
- * spec/Ring.tla, each with the step hook as its tracepoint.
+/* ringcast._protocol: the CPython binding of the protocol core (src/ringcast/core/rc_core.c, plain
+ * C: each side's whole per-message state machine, its steps, its waits). The binding converts
+ * arguments, fills the core's interface (rc_iface) once when an endpoint is built, turns the
+ * core's error codes into the project's exceptions, and adapts the Python step hook to the core's
+ * single tracepoint (rc_step_hook). It takes no protocol decision: tests/test_structure.py reads
+ * these files and fails if one calls a ring step itself (only the core orders them).
  *
- * This is the one copy of these steps. ringcast.ring subclasses the two cursor types
- * (RingWriter, RingReader: construction from a ShmRingBuffer, diagnostics) and ringcast.waiting
- * re-exports EventCount; ringcast.endpoint's classes subclass the endpoint types, whose
- * per-message sequence (_protocol_endpoint.c) orders the steps and is the only C code that calls
- * them (in Python only ringcast.endpoint does: write_chunk, read_chunk, evict_dead; and
- * ringcast.waiting's park loop the eventcount's park steps). Each
- * function below is tagged with its spec action (`Spec: WriterClaim`) and does, in order:
+ * Files (one translation unit): _protocol_cursor.c (the cursor types: the mapping, the layout,
+ * the core's state, the interface's functions that need no endpoint), _protocol_ring.c (a
+ * cursor's single steps for tests and tools: rc_step), _protocol_wait.c (EventCount on words at
+ * fixed addresses: the core's eventcount steps, for tests and tools), _protocol_endpoint.c (the
+ * endpoint types: the core's entry points and the interface's upcalls to the observer).
  *
- *   1. the tracepoint: if a step hook is set, call hook(action, side, index, reader)
- *      (side "writer" or the reader index, index the chunk the side is at, reader the reader a
- *      writer action acts on, else None). The hook may raise (the stateful harness stops a
- *      process there; the reliability tests kill it there): the step then has not happened.
- *      The hook lives here, once: ringcast.steps.hook reads and writes it (get_hook,
- *      set_hook), for the Python steps too. In production a tracepoint costs one NULL test.
- *   2. the shared-memory access, on the segment's raw bytes. A cursor holds the mapping (the
- *      mmap object) and takes a buffer of it for the duration of the access, so a step on a
- *      closed ring raises ValueError instead of touching unmapped memory.
- *
- * Fences (ringcast_fences.h; which are needed is what TLC shows, docs/spec.md "Fence table"):
- * F1 in WriterClaim, F3 in WriterPublish, F5 in ReaderAck, F6W in ParkAnnounce, F6N in
- * NotifyLoadWaiters. F7 and F4 sit between two steps: the endpoints' sequence has them
- * (_protocol_endpoint.c: _clear_flags_and_publish, ready). tests/test_arm_codegen.py reads the
- * `F<n>` comments of this translation unit (the files included below) and checks that each such
- * function has a full barrier in its AArch64 code.
- *
- * The flag bytes are loaded and stored single-copy atomically without ordering of their own
- * (rc_load_u8 / rc_store_u8): the spec's relaxed model, in which only the fences order them.
- *
- * Python subclasses may override any step (tests/stateful/variants.py, the planted bugs): the
- * endpoints' sequence calls an override by name instead of the C function. EventCount.notify,
- * the one method here that runs two steps, calls a subclass's override the same way
- * (tests/test_waiting.py's dropped wake-up).
- */
+ * The step hook: hook(action, side, index, reader) before each step's shared-memory access
+ * (ringcast.steps has the contract); set_hook installs the trampoline as rc_step_hook, NULL when
+ * no hook is set (production: one NULL test per step). -DRINGCAST_NO_TRACEPOINTS compiles the
+ * tracepoints out (tests/stateful/bench_hook.py's comparison build); -DRINGCAST_TEST_PLANTED
+ * builds the planted bugs of tests/stateful (core/rc_planted.c, _plant()); setup.py passes
+ * neither, and the module says so (TRACEPOINTS, PLANTED). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <sched.h>
 #include <string.h>
+
 #include "ringcast_fences.h"
+#include "core/rc_core.c"
 
-#define READER_EVICTED 1 /* ringcast.layout.READER_EVICTED: the state word's low byte */
-#define WAKE_ALL 0x7FFFFFFF
+static PyObject *hook;                          /* the Python step hook, or NULL */
+static PyObject *action_names[RC_N_ACTIONS];    /* interned "WriterClaim", ... */
+static PyObject *s_writer, *errors_module, *waiting_module;
 
-static PyObject *hook;  /* the step hook, or NULL (set_hook, called by ringcast.steps.set_step_hook) */
-static PyObject *s_writer;
-static PyObject *s_WriterClaim, *s_WriterClearWritten, *s_WriterWritePayload, *s_WriterClearReadFlag,
-    *s_WriterPublish, *s_WriterEvict, *s_ReaderLoadWritten, *s_ReaderLoadReadFlag, *s_ReaderCopy,
-    *s_ReaderAck, *s_ParkSnapshot, *s_ParkAnnounce, *s_ParkSleep, *s_ParkRetire, *s_NotifyLoadWaiters,
-    *s_NotifyWake, *s_notify_load_waiters_m, *s_notify_wake_m, *s_parks, *s_wakeups, *s_spins;
-
-/* The tracepoint: 0 to go on, -1 with an exception set (the hook raised).
- * Test-only switch: -DRINGCAST_NO_TRACEPOINTS compiles every tracepoint out (the comparison build
- * of tests/stateful/bench_hook.py, which measures what they cost in production; setup.py never
- * passes it, and the module says so in TRACEPOINTS). */
-#ifdef RINGCAST_NO_TRACEPOINTS
-#define RC_TRACEPOINTS 0
-static inline int
-trace(PyObject *action, PyObject *side, Py_ssize_t index, PyObject *reader)
-{
-    return 0;
-}
-#else
-#define RC_TRACEPOINTS 1
-static int
-trace(PyObject *action, PyObject *side, Py_ssize_t index, PyObject *reader)
-{
-    PyObject *h = hook;
-    if (h == NULL)
-        return 0;
-    Py_INCREF(h); /* the hook may replace itself */
-    PyObject *idx = PyLong_FromSsize_t(index);
-    if (idx == NULL) {
-        Py_DECREF(h);
-        return -1;
-    }
-    PyObject *args[4] = {action, side, idx, reader};
-    PyObject *res = PyObject_Vectorcall(h, args, 4, NULL);
-    Py_DECREF(idx);
-    Py_DECREF(h);
-    if (res == NULL)
-        return -1;
-    Py_DECREF(res);
-    return 0;
-}
-#endif
-
-#define TRACE(action, side, index, reader)                                                           \
-    do {                                                                                             \
-        if (trace((action), (side), (index), (reader)) < 0)                                          \
-            return NULL;                                                                             \
-    } while (0)
-
-/* ------------------------------------------------------- helpers of the endpoints' sequence -- */
+/* ----------------------------------------------------------------------------- helpers -- */
 
 /* The exception being handled is (et, ev, tb), fetched; if another is now set, it becomes that
  * one's __context__ (Python's "during handling of the above exception, another occurred"), else
@@ -122,10 +59,29 @@ rethrow(PyObject *et, PyObject *ev, PyObject *tb)
     PyErr_Restore(nt, nv, ntb);
 }
 
+/* An upcall may run while the core unwinds from an earlier error (an exception pending): it
+ * runs with that exception put aside, and a new one gets it as its __context__. */
+typedef struct {
+    PyObject *t, *v, *tb;
+} saved_exc;
+
+static inline void
+put_aside(saved_exc *e)
+{
+    PyErr_Fetch(&e->t, &e->v, &e->tb);
+}
+
+static inline int
+take_back(saved_exc *e, int ok)
+{
+    rethrow(e->t, e->v, e->tb);
+    return ok ? RC_OK : RC_ERR_RAISED;
+}
+
 /* Fastcall arguments by position (the first npos of `names`) or keyword, into out[] (NULL: not
  * given); the first nreq are required. */
 static int
-parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **names,
+parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
       Py_ssize_t n, Py_ssize_t npos, Py_ssize_t nreq, PyObject **out)
 {
     if (nargs > npos) {
@@ -138,7 +94,7 @@ parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     for (Py_ssize_t j = 0; j < nkw; j++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, j);
         Py_ssize_t k = 0;
-        while (k < n && PyUnicode_Compare(key, names[k]) != 0)
+        while (k < n && !(PyUnicode_CompareWithASCIIString(key, names[k]) == 0))
             k++;
         if (k == n || out[k] != NULL) {
             PyErr_Format(PyExc_TypeError, k == n ? "%s got an unexpected keyword argument %R" : "%s got multiple values for %R",
@@ -149,21 +105,74 @@ parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     }
     for (Py_ssize_t k = 0; k < nreq; k++)
         if (out[k] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s missing required argument %R", fname, names[k]);
+            PyErr_Format(PyExc_TypeError, "%s missing required argument '%s'", fname, names[k]);
             return -1;
         }
     return 0;
 }
 
-/* The cursors, the steps and the endpoints' sequence, in four files of this one extension (a
- * unity build: they share the tracepoint, the action names and the hook, and compile as one
- * translation unit). */
-#include "_protocol_cursor.c"
-#include "_protocol_ring.c"
-#include "_protocol_wait.c"
-#include "_protocol_endpoint.c"
+/* A timeout argument: None -> RC_NO_TIMEOUT, else seconds (checked by ringcast.waiting.check_timeout's rules) */
+static int
+seconds(PyObject *v, double *out)
+{
+    if (v == NULL || v == Py_None) {
+        *out = RC_NO_TIMEOUT;
+        return 0;
+    }
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(d >= 0.0) || d == Py_HUGE_VAL) {
+        PyErr_Format(PyExc_ValueError, "timeout must be a finite number of seconds >= 0, got %R", v);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
 
-/* --------------------------------------------------------------------------------- the module -- */
+/* ringcast.errors.<name>(message): a new exception object */
+static PyObject *
+project_error(const char *name, PyObject *msg)
+{
+    if (errors_module == NULL && (errors_module = PyImport_ImportModule("ringcast.errors")) == NULL)
+        return NULL;
+    PyObject *cls = PyObject_GetAttrString(errors_module, name);
+    PyObject *exc = cls == NULL || msg == NULL ? NULL : PyObject_CallOneArg(cls, msg);
+    Py_XDECREF(cls);
+    return exc;
+}
+
+/* ------------------------------------------------------------------------ the step hook -- */
+
+static PyObject *
+side_object(int side)
+{
+    return side == RC_WRITER ? Py_NewRef(s_writer) : PyLong_FromLong(side);
+}
+
+/* rc_step_hook while a Python hook is set: hook(action, side, index, reader) */
+static int
+hook_trampoline(rc_action action, int side, size_t index, int reader)
+{
+    PyObject *h = hook;
+    if (h == NULL)
+        return 0;
+    saved_exc e;
+    put_aside(&e);
+    Py_INCREF(h); /* the hook may replace itself */
+    PyObject *sd = side_object(side), *idx = PyLong_FromSize_t(index);
+    PyObject *rd = reader == RC_NO_READER ? Py_NewRef(Py_None) : PyLong_FromLong(reader), *res = NULL;
+    if (sd != NULL && idx != NULL && rd != NULL) {
+        PyObject *args[4] = {action_names[action], sd, idx, rd};
+        res = PyObject_Vectorcall(h, args, 4, NULL);
+    }
+    Py_XDECREF(sd);
+    Py_XDECREF(idx);
+    Py_XDECREF(rd);
+    Py_DECREF(h);
+    Py_XDECREF(res);
+    return take_back(&e, res != NULL) == RC_OK ? 0 : -1;
+}
 
 /* set_hook(fn or None) / get_hook(): the one step hook (ringcast.steps.hook is a view of it) */
 static PyObject *
@@ -175,6 +184,7 @@ set_hook(PyObject *self, PyObject *fn)
     }
     PyObject *old = hook;
     hook = fn == Py_None ? NULL : Py_NewRef(fn);
+    rc_step_hook = hook == NULL ? NULL : hook_trampoline;
     Py_XDECREF(old);
     Py_RETURN_NONE;
 }
@@ -185,76 +195,69 @@ get_hook(PyObject *self, PyObject *unused)
     return Py_NewRef(hook == NULL ? Py_None : hook);
 }
 
+#include "_protocol_counters.c"
+#include "_protocol_cursor.c"
+#include "_protocol_ring.c"
+#include "_protocol_wait.c"
+#include "_protocol_endpoint.c"
+
+/* --------------------------------------------------------------------------------- the module -- */
+
 static PyMethodDef module_methods[] = {
     {"set_hook", (PyCFunction)set_hook, METH_O, "Install (None: remove) the step hook; use ringcast.steps.set_step_hook."},
     {"get_hook", (PyCFunction)get_hook, METH_NOARGS, "The step hook, or None."},
-    {"spin", (PyCFunction)(void (*)(void))wait_spin, METH_FASTCALL,
-     "spin(ready, clock, spin_end, deadline, cancelled, tight_looks, counters) -> bool: a wait's spin phase."},
+#ifdef RINGCAST_TEST_PLANTED
+    {"_plant", (PyCFunction)(void (*)(void))plant, METH_FASTCALL, "_plant(cursor, name): a planted bug of tests/stateful (test build only)."},
+#endif
     {NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ringcast._protocol",
-                                    "The ring's and the eventcount's atomic steps (see _protocol.c).", -1, module_methods};
+                                    "The CPython binding of ringcast's protocol core (see _protocol.c).", -1, module_methods};
 
-static int
-intern(PyObject **slot, const char *s)
-{
-    *slot = PyUnicode_InternFromString(s);
-    return *slot == NULL ? -1 : 0;
-}
+#ifdef RINGCAST_NO_TRACEPOINTS
+#define RC_TRACEPOINTS 0
+#else
+#define RC_TRACEPOINTS 1
+#endif
+#ifdef RINGCAST_TEST_PLANTED
+#define RC_PLANTED 1
+#else
+#define RC_PLANTED 0
+#endif
 
 PyMODINIT_FUNC
 PyInit__protocol(void)
 {
-    struct {
-        PyObject **slot;
-        const char *s;
-    } names[] = {
-        {&s_writer, "writer"}, {&s_WriterClaim, "WriterClaim"},
-        {&s_WriterClearWritten, "WriterClearWritten"}, {&s_WriterWritePayload, "WriterWritePayload"},
-        {&s_WriterClearReadFlag, "WriterClearReadFlag"}, {&s_WriterPublish, "WriterPublish"},
-        {&s_WriterEvict, "WriterEvict"}, {&s_ReaderLoadWritten, "ReaderLoadWritten"},
-        {&s_ReaderLoadReadFlag, "ReaderLoadReadFlag"}, {&s_ReaderCopy, "ReaderCopy"}, {&s_ReaderAck, "ReaderAck"},
-        {&s_ParkSnapshot, "ParkSnapshot"}, {&s_ParkAnnounce, "ParkAnnounce"}, {&s_ParkSleep, "ParkSleep"},
-        {&s_ParkRetire, "ParkRetire"}, {&s_NotifyLoadWaiters, "NotifyLoadWaiters"}, {&s_NotifyWake, "NotifyWake"},
-        {&s_notify_load_waiters_m, "_notify_load_waiters"}, {&s_notify_wake_m, "_notify_wake"},
-        {&s_parks, "parks"}, {&s_wakeups, "wakeups"}, {&s_spins, "spins"},
-        /* the endpoints' (_protocol_endpoint.c) */
-        {&s_m_writer_claim, "_writer_claim"}, {&s_m_writer_clear_written, "_writer_clear_written"},
-        {&s_m_writer_write_payload, "_writer_write_payload"}, {&s_m_writer_clear_read_flag, "_writer_clear_read_flag"},
-        {&s_m_writer_publish, "_writer_publish"}, {&s_m_reader_load_written, "_reader_load_written"},
-        {&s_m_reader_load_read_flag, "_reader_load_read_flag"}, {&s_m_reader_copy, "_reader_copy"},
-        {&s_m_reader_check_evicted, "_reader_check_evicted"}, {&s_m_reader_ack, "_reader_ack"},
-        {&s_m_notify, "notify"}, {&s_m_ready, "ready"}, {&s_m_wait_ready, "wait_ready"}, {&s_m_claim, "claim"},
-        {&s_m_claim_message, "_claim_message"}, {&s_m_clear_flags_and_publish, "_clear_flags_and_publish"},
-        {&s_m_wait, "_wait"}, {&s_m_finish, "_finish"}, {&s_m_aborted, "_aborted"},
-        {&s_m_send_overflow, "_writer_send_overflow"}, {&s_m_recv_overflow, "_reader_recv_overflow"},
-        {&s_m_evicted_error, "_evicted_error"}, {&s_m_release, "release"}, {&s_parks_on, "parks_on"},
-        {&s_timeout, "timeout"}, {&s_overflow, "overflow"}, {&s_split_payload, "split_payload"},
-        {&s_unpublished, "unpublished"}, {&s_deadline, "deadline"}, {&s_parts, "parts"}, {&s_copy_out, "copy_out"},
-    };
-    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
-        if (intern(names[k].slot, names[k].s) < 0)
+    for (int a = 0; a < RC_N_ACTIONS; a++)
+        if ((action_names[a] = PyUnicode_InternFromString(rc_action_names[a])) == NULL)
             return NULL;
+    if ((s_writer = PyUnicode_InternFromString("writer")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     /* the types are kept for the module's life (the endpoints compare against them) */
+    CountersType = (PyTypeObject *)PyType_FromSpec(&counters_spec);
+    CancelType = (PyTypeObject *)PyType_FromSpec(&cancel_spec);
     WriterStepsType = (PyTypeObject *)PyType_FromSpec(&writer_spec);
     ReaderStepsType = (PyTypeObject *)PyType_FromSpec(&reader_spec);
     EventCountType = (PyTypeObject *)PyType_FromSpec(&ec_spec);
     WriterEndpointType = (PyTypeObject *)PyType_FromSpec(&wep_spec);
     ReaderEndpointType = (PyTypeObject *)PyType_FromSpec(&rep_spec);
     overflow_marker = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-    int bad = WriterStepsType == NULL || ReaderStepsType == NULL || EventCountType == NULL || WriterEndpointType == NULL ||
-              ReaderEndpointType == NULL || overflow_marker == NULL ||
+    int bad = CountersType == NULL || CancelType == NULL || WriterStepsType == NULL || ReaderStepsType == NULL ||
+              EventCountType == NULL || WriterEndpointType == NULL || ReaderEndpointType == NULL || overflow_marker == NULL ||
+              PyModule_AddObjectRef(m, "Counters", (PyObject *)CountersType) < 0 ||
+              PyModule_AddObjectRef(m, "Cancel", (PyObject *)CancelType) < 0 ||
               PyModule_AddObjectRef(m, "_WriterSteps", (PyObject *)WriterStepsType) < 0 ||
               PyModule_AddObjectRef(m, "_ReaderSteps", (PyObject *)ReaderStepsType) < 0 ||
               PyModule_AddObjectRef(m, "EventCount", (PyObject *)EventCountType) < 0 ||
               PyModule_AddObjectRef(m, "_WriterEndpoint", (PyObject *)WriterEndpointType) < 0 ||
               PyModule_AddObjectRef(m, "_ReaderEndpoint", (PyObject *)ReaderEndpointType) < 0 ||
               PyModule_AddObjectRef(m, "OVERFLOW", overflow_marker) < 0 ||
-              PyModule_AddIntConstant(m, "TRACEPOINTS", RC_TRACEPOINTS) < 0;
+              PyModule_AddIntConstant(m, "TRACEPOINTS", RC_TRACEPOINTS) < 0 ||
+              PyModule_AddIntConstant(m, "PLANTED", RC_PLANTED) < 0;
     if (bad) {
         Py_DECREF(m);
         return NULL;

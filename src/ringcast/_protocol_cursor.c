@@ -1,98 +1,251 @@
-/* _protocol_cursor.c: what the ring's two cursor types share (the mapping, the chunk offsets,
- * the cursor, their lifetime), part of the ringcast._protocol extension: included by _protocol.c
- * before _protocol_ring.c, which has the steps. */
+/* _protocol_cursor.c: the cursor types' object (the mapping, the core's layout and state) and
+ * the interface functions the core calls that need no endpoint (pin, clock, signals, futex,
+ * yield), part of the ringcast._protocol binding (included by _protocol.c). The upcalls an
+ * endpoint answers (its observer's I/O and checks, its errors) are _protocol_endpoint.c's. */
 
-/* A cursor: the writer's (_WriterSteps) or reader r's (_ReaderSteps); the fields of the other
- * side stay NULL. */
+/* A cursor: the writer's (_WriterSteps) or reader r's (_ReaderSteps). It holds the core's state of
+ * its side (st: rc_writer / rc_reader, whose io is this cursor's) and, until an endpoint binds
+ * its own, counters and a policy of its own. */
 typedef struct {
     PyObject_HEAD
-    PyObject *buf;        /* the segment's mmap object */
-    Py_ssize_t index;     /* the chunk this side is at (writes / reads next) */
-    Py_ssize_t n_reader, max_chunks, max_chunk_bytes;
-    Py_ssize_t min_len;   /* the mapping's bytes the offsets below reach */
-    Py_ssize_t *metas;    /* chunk i's written flag; reader r's read flag at metas[i] + 1 + r */
-    Py_ssize_t *datas;    /* chunk i's data */
-    Py_ssize_t *states;   /* reader r's state word (its low byte: 1 evicted) */
-    /* the writer's */
-    PyObject *live_readers; /* list of the readers whose flags the writer clears (not evicted) */
+    PyObject *buf;      /* the segment's mmap object */
+    Py_buffer view;     /* a buffer of it while pinned (pins > 0) */
+    int pins;
+    Py_ssize_t min_len; /* the mapping's bytes the layout reaches */
+    rc_layout layout;
+    size_t *offs;       /* layout.metas, .datas, .states: one allocation */
+    union {
+        rc_side s;
+        rc_writer w;
+        rc_reader r;
+    } st;
+    rc_iface io;
+    rc_counters counters;
+    rc_policy policy;
+    uint8_t *live, *liveness; /* the writer's: n_reader bytes each */
+    long *pids;               /* the writer's: each probed reader's pid */
+    PyObject *ep;             /* the endpoint bound to this cursor (borrowed), or NULL */
+    Py_ssize_t nparts;        /* the payload's parts in the call under way (RC_ERR_TOO_BIG's message) */
     /* a reader's */
-    Py_ssize_t r;
-    PyObject *side;     /* r as an int, for the hook */
-    PyObject *mv;       /* memoryview of the mapping: ReaderCopy's views are its slices */
+    PyObject *side;     /* r as an int */
+    PyObject *mv;       /* memoryview of the mapping: the copy's views are its slices */
     PyObject **slices;  /* chunk i's data slice */
 } Cursor;
 
+static PyTypeObject *WriterStepsType, *ReaderStepsType;
+
+/* ------------------------------------------------------------ the interface: no endpoint -- */
+
 static uint8_t *
-acquire(Cursor *c, Py_buffer *view)
+cur_pin(void *ctx)
 {
-    if (c->buf == NULL) {
+    Cursor *c = ctx;
+    if (c->pins > 0) {
+        c->pins++;
+        return c->view.buf;
+    }
+    saved_exc e;
+    put_aside(&e);
+    int ok = 0;
+    if (c->buf == NULL)
         PyErr_SetString(PyExc_RuntimeError, "this ring cursor was never initialised (or was cleared): build it from a ring");
-        return NULL;
+    else if (PyObject_GetBuffer(c->buf, &c->view, PyBUF_WRITABLE) == 0) {
+        if (c->view.len < c->min_len) {
+            PyErr_Format(PyExc_ValueError, "the ring's mapping is %zd bytes, its layout needs %zd", c->view.len, c->min_len);
+            PyBuffer_Release(&c->view);
+        } else
+            ok = 1;
     }
-    if (PyObject_GetBuffer(c->buf, view, PyBUF_WRITABLE) < 0)
+    take_back(&e, ok);
+    if (!ok)
         return NULL;
-    if (view->len < c->min_len) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "the ring's mapping is %zd bytes, its layout needs %zd", view->len, c->min_len);
-        return NULL;
-    }
-    return (uint8_t *)view->buf;
+    c->pins = 1;
+    return c->view.buf;
 }
 
-/* How every step on the ring starts: its tracepoint (the hook, if set, with the side, the chunk the
- * cursor is at and the reader acted on), then the mapping's bytes for its access. NULL with an
- * exception set when the hook raised (the step has not happened) or the ring is closed; else
- * the step releases `view` after its access. */
-static uint8_t *
-step_begin(Cursor *c, PyObject *action, PyObject *side, PyObject *reader, Py_buffer *view)
+static void
+cur_unpin(void *ctx)
 {
-    if (c->buf == NULL) /* never initialised (a reader's side is not set either): acquire says so */
-        return acquire(c, view);
-    if (trace(action, side, c->index, reader) < 0)
-        return NULL;
-    return acquire(c, view);
+    Cursor *c = ctx;
+    if (c->pins > 0 && --c->pins == 0)
+        PyBuffer_Release(&c->view);
 }
 
-static Py_ssize_t *
-offsets(PyObject *seq, Py_ssize_t n, const char *what)
+static double
+mono_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ringcast.waiting's `time` (the stateful harness's virtual time replaces it), or NULL: the real one */
+static PyObject *
+waiting_time(void)
+{
+    if (waiting_module == NULL && (waiting_module = PyImport_ImportModule("ringcast.waiting")) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *t = PyObject_GetAttrString(waiting_module, "time");
+    if (t == NULL)
+        PyErr_Clear();
+    else if (PyModule_Check(t)) { /* the time module itself: read the same clock directly */
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+static double
+cur_now(void *ctx)
+{
+    PyObject *t = waiting_time();
+    if (t == NULL)
+        return mono_clock();
+    saved_exc e;
+    put_aside(&e);
+    PyObject *v = PyObject_CallMethod(t, "monotonic", NULL);
+    Py_DECREF(t);
+    double now = v == NULL ? -1.0 : PyFloat_AsDouble(v);
+    Py_XDECREF(v);
+    if (now == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        now = mono_clock();
+    }
+    take_back(&e, 1);
+    return now;
+}
+
+static int
+cur_check_signals(void *ctx)
+{
+    return PyErr_CheckSignals() < 0 ? RC_ERR_RAISED : RC_OK;
+}
+
+static int
+cur_futex_wait(void *ctx, uint32_t *word, uint32_t expected, double timeout)
+{
+    struct timespec ts;
+    int rc, err;
+    ts.tv_sec = (time_t)timeout;
+    ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rc_futex_wait(word, expected, &ts);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    if (rc >= 0)
+        return rc;
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return RC_ERR_RAISED;
+}
+
+static int
+cur_futex_wake(void *ctx, uint32_t *word)
+{
+    if (rc_futex_wake(word, 0x7FFFFFFF) >= 0)
+        return RC_OK;
+    saved_exc e;
+    put_aside(&e);
+    PyErr_SetFromErrno(PyExc_OSError);
+    return take_back(&e, 0);
+}
+
+static void
+cur_yield(void *ctx)
+{
+    Py_BEGIN_ALLOW_THREADS
+    sched_yield();
+    Py_END_ALLOW_THREADS
+}
+
+static int
+cur_sleep(void *ctx, double seconds)
+{
+    PyObject *t = waiting_time();
+    if (t == NULL && (t = PyImport_ImportModule("time")) == NULL)
+        return RC_ERR_RAISED;
+    PyObject *r = PyObject_CallMethod(t, "sleep", "d", seconds);
+    Py_DECREF(t);
+    Py_XDECREF(r);
+    return r == NULL ? RC_ERR_RAISED : RC_OK;
+}
+
+/* the endpoint's answers (_protocol_endpoint.c), or an error without one */
+static int ep_probe(void *ctx, int who, double waited);
+static int ep_send_overflow(void *ctx);
+static int ep_recv_overflow(void *ctx);
+static int ep_copy_out(void *ctx, const uint8_t *data, size_t len);
+static int ep_report(void *ctx, int event, double value);
+static void ep_fail(PyObject *ep, rc_status code, double value);
+
+static void
+cur_fail(void *ctx, rc_status code, double value)
+{
+    Cursor *c = ctx;
+    if (code == RC_ERR_CLOSED && PyErr_Occurred())
+        return; /* the pin's error says it */
+    if (c->ep != NULL) {
+        ep_fail(c->ep, code, value);
+        return;
+    }
+    saved_exc e;
+    put_aside(&e);
+    if (code == RC_ERR_TOO_BIG)
+        PyErr_Format(PyExc_ValueError, "the payload's %zd parts are %zd bytes, more than the chunk's max_chunk_bytes=%zd",
+                     c->nparts, (Py_ssize_t)value, (Py_ssize_t)c->layout.max_chunk_bytes);
+    else if (code == RC_ERR_STATE)
+        PyErr_Format(PyExc_IndexError, "reader out of range for n_reader=%u, or a step of the other side", c->layout.n_reader);
+    else
+        PyErr_Format(PyExc_RuntimeError, "ring cursor: error %d (this cursor has no endpoint)", (int)code);
+    take_back(&e, 0);
+}
+
+/* ------------------------------------------------------------------------ construction -- */
+
+static int
+offsets(PyObject *seq, Py_ssize_t n, const char *what, size_t *out)
 {
     PyObject *fast = PySequence_Fast(seq, what);
     if (fast == NULL)
-        return NULL;
+        return -1;
     if (PySequence_Fast_GET_SIZE(fast) != n) {
         PyErr_Format(PyExc_ValueError, "%s: %zd offsets, expected %zd", what, PySequence_Fast_GET_SIZE(fast), n);
         Py_DECREF(fast);
-        return NULL;
-    }
-    Py_ssize_t *out = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
-    if (out == NULL) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return NULL;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
-        if (out[i] < 0) {
+        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (v < 0) {
             if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s: offset %zd is negative", what, out[i]);
-            PyMem_Free(out);
+                PyErr_Format(PyExc_ValueError, "%s: offset %zd is negative", what, v);
             Py_DECREF(fast);
-            return NULL;
+            return -1;
         }
+        out[i] = (size_t)v;
     }
     Py_DECREF(fast);
-    return out;
+    return 0;
 }
 
-/* Cursor(buf, metas, datas, states, max_chunk_bytes): the offsets come from ringcast.layout. */
+static void
+grow(Py_ssize_t *min_len, size_t end)
+{
+    if ((Py_ssize_t)end > *min_len)
+        *min_len = (Py_ssize_t)end;
+}
+
+/* Cursor(buf, metas, datas, states, max_chunk_bytes, words): the offsets come from ringcast.layout;
+ * words: (write_seq, reader_waiters, read_seq, writer_waiters). */
 static int
 cursor_init(Cursor *c, PyObject *args)
 {
-    PyObject *buf, *metas, *datas, *states;
+    PyObject *buf, *metas, *datas, *states, *words;
     Py_ssize_t mcb;
-    if (!PyArg_ParseTuple(args, "OOOOn", &buf, &metas, &datas, &states, &mcb))
+    if (!PyArg_ParseTuple(args, "OOOOnO", &buf, &metas, &datas, &states, &mcb, &words))
         return -1;
-    if (c->metas != NULL) {
+    if (c->offs != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a ring cursor is initialised once");
         return -1;
     }
@@ -104,31 +257,43 @@ cursor_init(Cursor *c, PyObject *args)
                      max_chunks, n_reader, mcb);
         return -1;
     }
-    c->metas = offsets(metas, max_chunks, "metas");
-    c->datas = c->metas ? offsets(datas, max_chunks, "datas") : NULL;
-    c->states = c->datas ? offsets(states, n_reader, "states") : NULL;
-    if (c->states == NULL)
+    size_t w[4];
+    c->offs = PyMem_Calloc(2 * max_chunks + n_reader, sizeof(size_t));
+    c->live = PyMem_Calloc(2 * n_reader, 1);
+    c->pids = PyMem_Calloc(n_reader, sizeof(long));
+    if (c->offs == NULL || c->live == NULL || c->pids == NULL) {
+        PyErr_NoMemory();
         return -1;
-    c->max_chunks = max_chunks;
-    c->n_reader = n_reader;
-    c->max_chunk_bytes = mcb;
+    }
+    c->liveness = c->live + n_reader;
+    if (offsets(metas, max_chunks, "metas", c->offs) < 0 || offsets(datas, max_chunks, "datas", c->offs + max_chunks) < 0
+        || offsets(states, n_reader, "states", c->offs + 2 * max_chunks) < 0 || offsets(words, 4, "words", w) < 0)
+        return -1;
+    rc_layout *L = &c->layout;
+    *L = (rc_layout){(uint32_t)n_reader, (uint32_t)max_chunks, (size_t)mcb, c->offs, c->offs + max_chunks,
+                     c->offs + 2 * max_chunks, w[0], w[1], w[2], w[3]};
     c->min_len = 0;
     for (Py_ssize_t i = 0; i < max_chunks; i++) {
-        if (c->metas[i] + 1 + n_reader > c->min_len)
-            c->min_len = c->metas[i] + 1 + n_reader;
-        if (c->datas[i] + mcb > c->min_len)
-            c->min_len = c->datas[i] + mcb;
+        grow(&c->min_len, L->metas[i] + 1 + n_reader);
+        grow(&c->min_len, L->datas[i] + mcb);
     }
     for (Py_ssize_t r = 0; r < n_reader; r++)
-        if (c->states[r] + 1 > c->min_len)
-            c->min_len = c->states[r] + 1;
+        grow(&c->min_len, L->states[r] + 4);
+    for (int k = 0; k < 4; k++) {
+        if (w[k] % 4 != 0) {
+            PyErr_Format(PyExc_ValueError, "words: offset %zu is not 4-byte aligned", w[k]);
+            return -1;
+        }
+        grow(&c->min_len, w[k] + 4);
+    }
+    c->io = (rc_iface){c, cur_pin, cur_unpin, cur_now, cur_check_signals, cur_futex_wait, cur_futex_wake, cur_yield,
+                       cur_sleep, ep_probe, ep_send_overflow, ep_recv_overflow, ep_copy_out, ep_report, cur_fail};
+    c->policy = (rc_policy){0.0, 0.1, 0, 1};
     Py_INCREF(buf);
     c->buf = buf;
-    c->index = 0;
-    Py_buffer view;
-    if (acquire(c, &view) == NULL)
+    if (cur_pin(c) == NULL)
         return -1;
-    PyBuffer_Release(&view);
+    cur_unpin(c);
     return 0;
 }
 
@@ -136,7 +301,6 @@ static int
 cursor_traverse(Cursor *c, visitproc visit, void *arg)
 {
     Py_VISIT(c->buf);
-    Py_VISIT(c->live_readers);
     Py_VISIT(c->mv);
     Py_VISIT(Py_TYPE(c));
     return 0;
@@ -145,7 +309,8 @@ cursor_traverse(Cursor *c, visitproc visit, void *arg)
 static int
 cursor_tp_clear(Cursor *c)
 {
-    Py_CLEAR(c->live_readers);
+    while (c->pins > 0)
+        cur_unpin(c);
     Py_CLEAR(c->mv);
     Py_CLEAR(c->buf);
     return 0;
@@ -158,13 +323,13 @@ cursor_dealloc(Cursor *c)
     PyObject_GC_UnTrack(c);
     cursor_tp_clear(c);
     if (c->slices != NULL)
-        for (Py_ssize_t i = 0; i < c->max_chunks; i++)
+        for (uint32_t i = 0; i < c->layout.max_chunks; i++)
             Py_XDECREF(c->slices[i]);
     PyMem_Free(c->slices);
     Py_CLEAR(c->side);
-    PyMem_Free(c->metas);
-    PyMem_Free(c->datas);
-    PyMem_Free(c->states);
+    PyMem_Free(c->offs);
+    PyMem_Free(c->live);
+    PyMem_Free(c->pids);
     tp->tp_free((PyObject *)c);
     Py_DECREF(tp);
 }
@@ -172,10 +337,10 @@ cursor_dealloc(Cursor *c)
 static PyObject *
 cursor_get_index(Cursor *c, void *closure)
 {
-    return PyLong_FromSsize_t(c->index);
+    return PyLong_FromSize_t(c->st.s.index);
 }
 
-/* Moving a cursor is not a step: only the planted-bug variants do it, and WriterPublish/ReaderAck. */
+/* Moving a cursor is not a step: only WriterPublish / ReaderAck do it, and tests. */
 static int
 cursor_set_index(Cursor *c, PyObject *value, void *closure)
 {
@@ -186,23 +351,10 @@ cursor_set_index(Cursor *c, PyObject *value, void *closure)
     Py_ssize_t i = PyLong_AsSsize_t(value);
     if (i == -1 && PyErr_Occurred())
         return -1;
-    if (i < 0 || i >= c->max_chunks) {
-        PyErr_Format(PyExc_IndexError, "chunk index %zd out of range for max_chunks=%zd", i, c->max_chunks);
+    if (i < 0 || i >= (Py_ssize_t)c->layout.max_chunks) {
+        PyErr_Format(PyExc_IndexError, "chunk index %zd out of range for max_chunks=%u", i, c->layout.max_chunks);
         return -1;
     }
-    c->index = i;
+    c->st.s.index = (size_t)i;
     return 0;
-}
-
-static PyObject *
-reader_arg(PyObject *arg, Py_ssize_t n_reader, Py_ssize_t *r)
-{
-    *r = PyLong_AsSsize_t(arg);
-    if (*r == -1 && PyErr_Occurred())
-        return NULL;
-    if (*r < 0 || *r >= n_reader) {
-        PyErr_Format(PyExc_IndexError, "reader %zd out of range for n_reader=%zd", *r, n_reader);
-        return NULL;
-    }
-    return arg;
 }

@@ -1,8 +1,94 @@
-/* _protocol_ring.c: the ring's steps (spec/Ring.tla's writer and reader actions), part of the
- * ringcast._protocol extension: included by _protocol.c, which has the tracepoint (trace), the
- * action names and the rules every step follows; the cursors are _protocol_cursor.c's. */
+/* _protocol_ring.c: the cursor types (ringcast.ring's RingWriter / RingReader subclass them),
+ * part of the ringcast._protocol binding (included by _protocol.c). Their methods are single
+ * steps of the core (rc_step: one spec action each, its tracepoint included), for tests, tools
+ * and diagnostics; a message's sequence is the endpoints' (the core's entry points). */
 
-/* -- the writer -- */
+/* ------------------------------------------------------------------------- the payload -- */
+
+/* A payload's parts as the core's rc_parts (buffers held until parts_release) */
+typedef struct {
+    PyObject *fast;
+    Py_ssize_t n, got;
+    Py_buffer stack[8], *pv;
+    const void *bstack[8], **bufs;
+    size_t lstack[8], *lens;
+    rc_parts parts;
+} Parts;
+
+static void
+parts_release(Parts *p)
+{
+    for (Py_ssize_t j = 0; j < p->got; j++)
+        PyBuffer_Release(&p->pv[j]);
+    if (p->pv != p->stack) {
+        PyMem_Free(p->pv);
+        PyMem_Free(p->bufs);
+        PyMem_Free(p->lens);
+    }
+    Py_CLEAR(p->fast);
+}
+
+static int
+parts_get(Parts *p, PyObject *seq)
+{
+    p->got = 0;
+    p->pv = p->stack;
+    p->bufs = p->bstack;
+    p->lens = p->lstack;
+    if ((p->fast = PySequence_Fast(seq, "the payload's parts must be a sequence of bytes-like objects")) == NULL)
+        return -1;
+    p->n = PySequence_Fast_GET_SIZE(p->fast);
+    if (p->n > 8) {
+        p->pv = PyMem_Calloc(p->n, sizeof(Py_buffer));
+        p->bufs = PyMem_Calloc(p->n, sizeof(void *));
+        p->lens = PyMem_Calloc(p->n, sizeof(size_t));
+        if (p->pv == NULL || p->bufs == NULL || p->lens == NULL) {
+            PyErr_NoMemory();
+            parts_release(p);
+            return -1;
+        }
+    }
+    for (; p->got < p->n; p->got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(p->fast, p->got), &p->pv[p->got], PyBUF_SIMPLE) < 0) {
+            parts_release(p);
+            return -1;
+        }
+        p->bufs[p->got] = p->pv[p->got].buf;
+        p->lens[p->got] = (size_t)p->pv[p->got].len;
+    }
+    p->parts = (rc_parts){(size_t)p->n, p->bufs, p->lens};
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------- steps -- */
+
+static PyObject *
+one_step(Cursor *c, rc_action action, int arg, int as_bool)
+{
+    long out = 0;
+    if (c->offs == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this ring cursor was never initialised: build it from a ring");
+        return NULL;
+    }
+    if (rc_step(&c->st.s, action, arg, &out) != RC_OK)
+        return NULL;
+    if (as_bool < 0)
+        Py_RETURN_NONE;
+    return as_bool ? PyBool_FromLong(out) : PyLong_FromLong(out);
+}
+
+static int
+reader_arg(PyObject *arg, Cursor *c)
+{
+    long r = PyLong_AsLong(arg);
+    if (r == -1 && PyErr_Occurred())
+        return -1;
+    if (r < 0 || r >= (long)c->layout.n_reader) {
+        PyErr_Format(PyExc_IndexError, "reader %ld out of range for n_reader=%u", r, c->layout.n_reader);
+        return -1;
+    }
+    return (int)r;
+}
 
 static int
 writer_init(Cursor *c, PyObject *args, PyObject *kw)
@@ -13,178 +99,88 @@ writer_init(Cursor *c, PyObject *args, PyObject *kw)
     }
     if (cursor_init(c, args) < 0)
         return -1;
-    c->live_readers = PyList_New(c->n_reader);
-    if (c->live_readers == NULL)
-        return -1;
-    for (Py_ssize_t r = 0; r < c->n_reader; r++)
-        PyList_SET_ITEM(c->live_readers, r, PyLong_FromSsize_t(r));
+    rc_writer_init(&c->st.w, &c->layout, &c->io, &c->policy, &c->counters, NULL, c->live, c->liveness);
     return 0;
 }
 
-/* Spec: WriterClaim. Is the chunk at the cursor writable (0?..?) or read by every reader (11..1)? */
+/* Spec: WriterClaim (the core's step, through rc_step) */
 static PyObject *
-writer_claim(Cursor *c, PyObject *unused)
+py_writer_claim(Cursor *c, PyObject *unused)
 {
-    Py_buffer view;
-    uint8_t *base = step_begin(c, s_WriterClaim, s_writer, Py_None, &view);
-    if (base == NULL)
-        return NULL;
-    uint8_t *m = base + c->metas[c->index];
-    int free_ = rc_load_u8(m) == 0;
-    int all_read = 1;
-    for (Py_ssize_t r = 0; r < c->n_reader; r++)
-        all_read &= rc_load_u8(m + 1 + r) == 1; /* every flag is loaded, as the spec's claim does */
-    rc_fence(); /* F1: no payload store before the loads that showed the chunk free */
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(free_ || all_read);
+    return one_step(c, RC_WriterClaim, 0, 1);
 }
 
-/* Spec: WriterClearWritten. No fence: F7 orders this store before the read-flag clears. */
 static PyObject *
-writer_clear_written(Cursor *c, PyObject *unused)
+py_writer_clear_written(Cursor *c, PyObject *unused)
 {
-    Py_buffer view;
-    uint8_t *base = step_begin(c, s_WriterClearWritten, s_writer, Py_None, &view);
-    if (base == NULL)
-        return NULL;
-    rc_store_u8(base + c->metas[c->index], 0);
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    return one_step(c, RC_WriterClearWritten, 0, -1);
 }
 
-/* Spec: WriterWritePayload. Stores `parts` (bytes-like, C-contiguous) back to back from the start
- * of the chunk; returns the number of bytes written. Refuses parts that do not fit the chunk
- * before storing any. */
 static PyObject *
-writer_write_payload(Cursor *c, PyObject *parts)
+py_writer_write_payload(Cursor *c, PyObject *seq)
 {
-    Py_buffer view;
-    TRACE(s_WriterWritePayload, s_writer, c->index, Py_None);
-    PyObject *fast = PySequence_Fast(parts, "the payload's parts must be a sequence of bytes-like objects");
-    if (fast == NULL)
+    Parts p;
+    size_t written = 0;
+    if (c->offs == NULL)
+        return one_step(c, RC_WriterWritePayload, 0, -1); /* says so */
+    if (parts_get(&p, seq) < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), total = 0, k;
-    Py_buffer stack[8], *pv = stack;
-    if (n > 8 && (pv = PyMem_Calloc(n, sizeof(Py_buffer))) == NULL) {
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
-    }
-    for (k = 0; k < n; k++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, k), &pv[k], PyBUF_SIMPLE) < 0)
-            goto fail;
-        total += pv[k].len;
-    }
-    if (total > c->max_chunk_bytes) {
-        PyErr_Format(PyExc_ValueError, "the payload's %zd parts are %zd bytes, more than the chunk's max_chunk_bytes=%zd",
-                     n, total, c->max_chunk_bytes);
-        goto fail;
-    }
-    uint8_t *base = acquire(c, &view);
-    if (base == NULL)
-        goto fail;
-    uint8_t *d = base + c->datas[c->index];
-    for (Py_ssize_t j = 0; j < n; j++) {
-        memcpy(d, pv[j].buf, (size_t)pv[j].len);
-        d += pv[j].len;
-    }
-    PyBuffer_Release(&view);
-    for (Py_ssize_t j = 0; j < n; j++)
-        PyBuffer_Release(&pv[j]);
-    if (pv != stack)
-        PyMem_Free(pv);
-    Py_DECREF(fast);
-    return PyLong_FromSsize_t(total);
-fail:
-    for (Py_ssize_t j = 0; j < k; j++)
-        PyBuffer_Release(&pv[j]);
-    if (pv != stack)
-        PyMem_Free(pv);
-    Py_DECREF(fast);
-    return NULL;
+    c->nparts = p.n;
+    int rc = rc_step_payload(&c->st.w, &p.parts, &written);
+    parts_release(&p);
+    return rc == RC_OK ? PyLong_FromSize_t(written) : NULL;
 }
 
-/* Spec: WriterClearReadFlag */
 static PyObject *
-writer_clear_read_flag(Cursor *c, PyObject *arg)
+py_writer_clear_read_flag(Cursor *c, PyObject *arg)
 {
-    Py_buffer view;
-    Py_ssize_t r;
-    if (reader_arg(arg, c->n_reader, &r) == NULL)
-        return NULL;
-    uint8_t *base = step_begin(c, s_WriterClearReadFlag, s_writer, arg, &view);
-    if (base == NULL)
-        return NULL;
-    rc_store_u8(base + c->metas[c->index] + 1 + r, 0);
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    int r = reader_arg(arg, c);
+    return r < 0 ? NULL : one_step(c, RC_WriterClearReadFlag, r, -1);
 }
 
-/* Spec: WriterPublish. written := 1; the cursor moves on by one. */
 static PyObject *
-writer_publish(Cursor *c, PyObject *unused)
+py_writer_publish(Cursor *c, PyObject *unused)
 {
-    Py_buffer view;
-    uint8_t *base = step_begin(c, s_WriterPublish, s_writer, Py_None, &view);
-    if (base == NULL)
-        return NULL;
-    rc_fence(); /* F3: payload and cleared flags visible before the publication */
-    rc_store_u8(base + c->metas[c->index], 1);
-    PyBuffer_Release(&view);
-    c->index = c->index + 1 == c->max_chunks ? 0 : c->index + 1;
-    Py_RETURN_NONE;
+    return one_step(c, RC_WriterPublish, 0, -1);
 }
 
-/* Spec: WriterEvict. Reader r is dead: mark it evicted in the reader table, set its read flag in
- * every chunk (no chunk waits for it) and never clear its flag again (live_readers). Only the
- * writer calls this, between messages (spec: evict_correct; evict_keeps_clearing shows why the
- * flag must stay set). */
 static PyObject *
-writer_evict(Cursor *c, PyObject *arg)
+py_writer_evict(Cursor *c, PyObject *arg)
 {
-    Py_buffer view;
-    Py_ssize_t r;
-    if (reader_arg(arg, c->n_reader, &r) == NULL)
-        return NULL;
-    uint8_t *base = step_begin(c, s_WriterEvict, s_writer, arg, &view);
-    if (base == NULL)
-        return NULL;
-    uint32_t evicted = READER_EVICTED; /* the state word, little-endian like its readers expect */
-    uint8_t le[4] = {(uint8_t)evicted, (uint8_t)(evicted >> 8), (uint8_t)(evicted >> 16), (uint8_t)(evicted >> 24)};
-    for (int b = 0; b < 4; b++)
-        rc_store_u8(base + c->states[r] + b, le[b]);
-    for (Py_ssize_t i = 0; i < c->max_chunks; i++)
-        rc_store_u8(base + c->metas[i] + 1 + r, 1);
-    PyBuffer_Release(&view);
-    Py_ssize_t n = PyList_GET_SIZE(c->live_readers);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t q = PyLong_AsSsize_t(PyList_GET_ITEM(c->live_readers, k));
-        if (q == -1 && PyErr_Occurred())
-            return NULL;
-        if (q == r)
-            return PySequence_DelItem(c->live_readers, k) < 0 ? NULL : Py_NewRef(Py_None);
+    int r = reader_arg(arg, c);
+    return r < 0 ? NULL : one_step(c, RC_WriterEvict, r, -1);
+}
+
+static PyObject *
+writer_get_live_readers(Cursor *c, void *closure)
+{
+    PyObject *out = PyList_New(0);
+    for (uint32_t r = 0; out != NULL && r < c->layout.n_reader; r++) {
+        if (!c->live[r])
+            continue;
+        PyObject *v = PyLong_FromUnsignedLong(r);
+        if (v == NULL || PyList_Append(out, v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
     }
-    Py_RETURN_NONE;
+    return out;
 }
 
 static PyMethodDef writer_methods[] = {
-    {"_writer_claim", (PyCFunction)writer_claim, METH_NOARGS, "Spec: WriterClaim. Is the chunk at the cursor free?"},
-    {"_writer_clear_written", (PyCFunction)writer_clear_written, METH_NOARGS, "Spec: WriterClearWritten."},
-    {"_writer_write_payload", (PyCFunction)writer_write_payload, METH_O,
+    {"_writer_claim", (PyCFunction)py_writer_claim, METH_NOARGS, "Spec: WriterClaim. Is the chunk at the cursor free?"},
+    {"_writer_clear_written", (PyCFunction)py_writer_clear_written, METH_NOARGS, "Spec: WriterClearWritten."},
+    {"_writer_write_payload", (PyCFunction)py_writer_write_payload, METH_O,
      "Spec: WriterWritePayload. Store the parts back to back from the chunk's start; return the bytes written."},
-    {"_writer_clear_read_flag", (PyCFunction)writer_clear_read_flag, METH_O, "Spec: WriterClearReadFlag(r)."},
-    {"_writer_publish", (PyCFunction)writer_publish, METH_NOARGS, "Spec: WriterPublish (F3; written := 1; the cursor moves on)."},
-    {"_writer_evict", (PyCFunction)writer_evict, METH_O, "Spec: WriterEvict(r)."},
+    {"_writer_clear_read_flag", (PyCFunction)py_writer_clear_read_flag, METH_O, "Spec: WriterClearReadFlag(r)."},
+    {"_writer_publish", (PyCFunction)py_writer_publish, METH_NOARGS, "Spec: WriterPublish (F3; written := 1; the cursor moves on)."},
+    {"_writer_evict", (PyCFunction)py_writer_evict, METH_O, "Spec: WriterEvict(r)."},
     {NULL},
 };
 
 static PyGetSetDef writer_getset[] = {
     {"index", (getter)cursor_get_index, (setter)cursor_set_index, "the chunk the writer writes next", NULL},
-    {NULL},
-};
-
-static PyMemberDef writer_members[] = {
-    {"live_readers", T_OBJECT, offsetof(Cursor, live_readers), READONLY,
-     "the readers whose read flags the writer clears for each message (every reader not evicted)"},
+    {"live_readers", (getter)writer_get_live_readers, NULL,
+     "the readers whose read flags the writer clears for each message (every reader not evicted)", NULL},
     {NULL},
 };
 
@@ -197,7 +193,6 @@ static PyType_Slot writer_slots[] = {
     {Py_tp_clear, cursor_tp_clear},
     {Py_tp_methods, writer_methods},
     {Py_tp_getset, writer_getset},
-    {Py_tp_members, writer_members},
     {0, NULL},
 };
 
@@ -206,7 +201,7 @@ static PyType_Spec writer_spec = {"ringcast._protocol._WriterSteps", sizeof(Curs
 
 /* -- a reader -- */
 
-/* _ReaderSteps(buf, metas, datas, states, max_chunk_bytes, r) */
+/* _ReaderSteps(buf, metas, datas, states, max_chunk_bytes, words, r) */
 static int
 reader_init(Cursor *c, PyObject *args, PyObject *kw)
 {
@@ -215,30 +210,30 @@ reader_init(Cursor *c, PyObject *args, PyObject *kw)
         return -1;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-    if (n != 6) {
-        PyErr_Format(PyExc_TypeError, "_ReaderSteps(buf, metas, datas, states, max_chunk_bytes, r): %zd arguments", n);
+    if (n != 7) {
+        PyErr_Format(PyExc_TypeError, "_ReaderSteps(buf, metas, datas, states, max_chunk_bytes, words, r): %zd arguments", n);
         return -1;
     }
-    PyObject *head = PyTuple_GetSlice(args, 0, 5);
+    PyObject *head = PyTuple_GetSlice(args, 0, 6);
     if (head == NULL)
         return -1;
     int rc = cursor_init(c, head);
     Py_DECREF(head);
-    if (rc < 0)
+    int r = rc < 0 ? -1 : reader_arg(PyTuple_GET_ITEM(args, 6), c);
+    if (r < 0)
         return -1;
-    if (reader_arg(PyTuple_GET_ITEM(args, 5), c->n_reader, &c->r) == NULL)
-        return -1;
-    c->side = PyLong_FromSsize_t(c->r);
+    rc_reader_init(&c->st.r, (uint32_t)r, &c->layout, &c->io, &c->policy, &c->counters, NULL);
+    c->side = PyLong_FromLong(r);
     c->mv = c->side ? PyMemoryView_FromObject(c->buf) : NULL;
     if (c->mv == NULL)
         return -1;
-    c->slices = PyMem_Calloc(c->max_chunks, sizeof(PyObject *));
-    if (c->slices == NULL) {
+    if ((c->slices = PyMem_Calloc(c->layout.max_chunks, sizeof(PyObject *))) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < c->max_chunks; i++) {
-        PyObject *lo = PyLong_FromSsize_t(c->datas[i]), *hi = PyLong_FromSsize_t(c->datas[i] + c->max_chunk_bytes);
+    for (uint32_t i = 0; i < c->layout.max_chunks; i++) {
+        size_t lo_ = c->layout.datas[i];
+        PyObject *lo = PyLong_FromSize_t(lo_), *hi = PyLong_FromSize_t(lo_ + c->layout.max_chunk_bytes);
         c->slices[i] = (lo && hi) ? PySlice_New(lo, hi, NULL) : NULL;
         Py_XDECREF(lo);
         Py_XDECREF(hi);
@@ -248,77 +243,50 @@ reader_init(Cursor *c, PyObject *args, PyObject *kw)
     return 0;
 }
 
+/* The chunk at the cursor as a slice of the reader's view of the mapping (ReaderCopy's view) */
 static PyObject *
-reader_load(Cursor *c, PyObject *action, Py_ssize_t extra)
-{
-    Py_buffer view;
-    uint8_t *base = step_begin(c, action, c->side, Py_None, &view);
-    if (base == NULL)
-        return NULL;
-    uint8_t v = rc_load_u8(base + c->metas[c->index] + extra);
-    PyBuffer_Release(&view);
-    return PyLong_FromLong(v);
-}
-
-/* Spec: ReaderLoadWritten */
-static PyObject *
-reader_load_written(Cursor *c, PyObject *unused)
-{
-    return reader_load(c, s_ReaderLoadWritten, 0);
-}
-
-/* Spec: ReaderLoadReadFlag */
-static PyObject *
-reader_load_read_flag(Cursor *c, PyObject *unused)
-{
-    return reader_load(c, s_ReaderLoadReadFlag, 1 + c->r);
-}
-
-/* Spec: ReaderCopy. A memoryview of the chunk to read from (a slice of the reader's view of the
- * mapping); the caller copies out what it needs and releases it. */
-static PyObject *
-reader_copy(Cursor *c, PyObject *unused)
+chunk_view(Cursor *c)
 {
     if (c->slices == NULL || c->mv == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "this ring cursor was never initialised (or was cleared): build it from a ring");
         return NULL;
     }
-    TRACE(s_ReaderCopy, c->side, c->index, Py_None);
-    return PyObject_GetItem(c->mv, c->slices[c->index]);
+    return PyObject_GetItem(c->mv, c->slices[c->st.s.index]);
 }
 
-/* Spec, without a step point: ReaderCheckEvicted (EvictCheck). After the copy, before it is
- * returned (and acked): whether the writer evicted this reader. A live reader wrongly judged dead
- * (another PID namespace) may have copied a chunk the writer refilled after evicting it: the copy
- * must then be dropped (spec: evict_park_false_suspect fails InOrder without this check,
- * _check passes). No step point: the harness's models have no eviction, where this load always
- * says False and commutes with every other step (docs/spec.md, "Eviction while the writer
- * parks"). */
 static PyObject *
-reader_check_evicted(Cursor *c, PyObject *unused)
+py_reader_load_written(Cursor *c, PyObject *unused)
 {
-    Py_buffer view;
-    uint8_t *base = acquire(c, &view);
-    if (base == NULL)
-        return NULL;
-    uint8_t v = rc_load_u8(base + c->states[c->r]); /* the state word's low byte (little-endian) */
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(v == READER_EVICTED);
+    return one_step(c, RC_ReaderLoadWritten, 0, 0);
 }
 
-/* Spec: ReaderAck. read_r := 1; the cursor moves on by one. */
 static PyObject *
-reader_ack(Cursor *c, PyObject *unused)
+py_reader_load_read_flag(Cursor *c, PyObject *unused)
 {
-    Py_buffer view;
-    uint8_t *base = step_begin(c, s_ReaderAck, c->side, Py_None, &view);
-    if (base == NULL)
+    return one_step(c, RC_ReaderLoadReadFlag, 0, 0);
+}
+
+/* Spec: ReaderCopy. A memoryview of the chunk to copy from; the caller releases it. */
+static PyObject *
+py_reader_copy(Cursor *c, PyObject *unused)
+{
+    PyObject *r = one_step(c, RC_ReaderCopy, 0, -1);
+    if (r == NULL)
         return NULL;
-    rc_fence(); /* F5: the copy is complete before the writer may reuse the chunk */
-    rc_store_u8(base + c->metas[c->index] + 1 + c->r, 1);
-    PyBuffer_Release(&view);
-    c->index = c->index + 1 == c->max_chunks ? 0 : c->index + 1;
-    Py_RETURN_NONE;
+    Py_DECREF(r);
+    return chunk_view(c);
+}
+
+static PyObject *
+py_reader_check_evicted(Cursor *c, PyObject *unused)
+{
+    return one_step(c, RC_ReaderCheckEvicted, 0, 1);
+}
+
+static PyObject *
+py_reader_ack(Cursor *c, PyObject *unused)
+{
+    return one_step(c, RC_ReaderAck, 0, -1);
 }
 
 /* Drop the reader's view of the mapping (before the ring is closed); later copies raise. */
@@ -331,12 +299,12 @@ reader_release(Cursor *c, PyObject *unused)
 }
 
 static PyMethodDef reader_methods[] = {
-    {"_reader_load_written", (PyCFunction)reader_load_written, METH_NOARGS, "Spec: ReaderLoadWritten."},
-    {"_reader_load_read_flag", (PyCFunction)reader_load_read_flag, METH_NOARGS, "Spec: ReaderLoadReadFlag."},
-    {"_reader_copy", (PyCFunction)reader_copy, METH_NOARGS, "Spec: ReaderCopy. A memoryview of the chunk to copy from."},
-    {"_reader_check_evicted", (PyCFunction)reader_check_evicted, METH_NOARGS,
-     "Spec, without a step point: ReaderCheckEvicted. Has the writer evicted this reader?"},
-    {"_reader_ack", (PyCFunction)reader_ack, METH_NOARGS, "Spec: ReaderAck (F5; read_r := 1; the cursor moves on)."},
+    {"_reader_load_written", (PyCFunction)py_reader_load_written, METH_NOARGS, "Spec: ReaderLoadWritten."},
+    {"_reader_load_read_flag", (PyCFunction)py_reader_load_read_flag, METH_NOARGS, "Spec: ReaderLoadReadFlag."},
+    {"_reader_copy", (PyCFunction)py_reader_copy, METH_NOARGS, "Spec: ReaderCopy. A memoryview of the chunk to copy from."},
+    {"_reader_check_evicted", (PyCFunction)py_reader_check_evicted, METH_NOARGS,
+     "Spec, without a step point: ReaderCheckEvicted (F8 first). Has the writer evicted this reader?"},
+    {"_reader_ack", (PyCFunction)py_reader_ack, METH_NOARGS, "Spec: ReaderAck (F5; read_r := 1; the cursor moves on)."},
     {"release", (PyCFunction)reader_release, METH_NOARGS, "Drop this cursor's view of the mapping."},
     {NULL},
 };
@@ -347,7 +315,7 @@ static PyGetSetDef reader_getset[] = {
 };
 
 static PyMemberDef reader_members[] = {
-    {"r", T_PYSSIZET, offsetof(Cursor, r), READONLY, "this reader's index"},
+    {"r", T_UINT, offsetof(Cursor, st.r.r), READONLY, "this reader's index"},
     {NULL},
 };
 
@@ -366,3 +334,20 @@ static PyType_Slot reader_slots[] = {
 
 static PyType_Spec reader_spec = {"ringcast._protocol._ReaderSteps", sizeof(Cursor), 0,
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, reader_slots};
+
+#ifdef RINGCAST_TEST_PLANTED
+/* _plant(cursor, name): a planted bug of tests/stateful on this cursor's side (test build only) */
+static PyObject *
+plant(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *const names[] = {"none", "reversed", "scan_ahead", "skip", "early_ack", "lapped"};
+    if (nargs != 2 || (!PyObject_TypeCheck(args[0], WriterStepsType) && !PyObject_TypeCheck(args[0], ReaderStepsType)))
+        return PyErr_Format(PyExc_TypeError, "_plant(cursor, name)");
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
+        if (PyUnicode_Check(args[1]) && (PyUnicode_CompareWithASCIIString(args[1], names[k]) == 0)) {
+            ((Cursor *)args[0])->st.s.planted = k;
+            Py_RETURN_NONE;
+        }
+    return PyErr_Format(PyExc_ValueError, "no planted bug %R", args[1]);
+}
+#endif

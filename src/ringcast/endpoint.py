@@ -7,16 +7,16 @@ them in the order spec/Ring.tla proves, and is the only caller of the ring's ste
 the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
 
-The per-message sequence itself (``publish``, ``claim``, ``_claim_message``,
-``_clear_flags_and_publish``; ``ready``, ``wait_ready``, ``receive``) is C, in the base classes
-``ringcast._protocol._WriterEndpoint`` / ``_ReaderEndpoint`` (src/ringcast/_protocol_endpoint.c),
-which call the C steps directly; there is no Python copy of it. What is not per message stays
-here: construction, the entry to the wait loop (``_wait``, taken only when the first look
-fails), the abort and owed bookkeeping (``_aborted``, ``_finish``), the overflow steps (their
-I/O is the observer's), eviction and the zero-copy ``write_chunk`` / ``read_chunk``. A subclass
-that overrides any method the sequence calls (the planted-bug variants of tests/stateful: a
-cursor's ``_writer_claim``, an endpoint's ``ready`` or ``_clear_flags_and_publish``) runs inside
-the same sequence: the C code calls the override by name.
+The per-message sequence itself is the protocol core's, in plain C (src/ringcast/core/rc_core.c:
+each side's whole state machine, its waits and its failure paths, and what it owes between
+messages), behind the thin binding ``ringcast._protocol`` whose ``_WriterEndpoint`` /
+``_ReaderEndpoint`` these classes subclass (``publish``, ``claim``, ``_finish``; ``ready``,
+``wait_ready``, ``receive``; the zero-copy halves ``_acquire_write`` / ``_commit_write`` /
+``_abort_write`` and ``_acquire_read`` / ``_release_read``). There is no Python copy of it:
+``write_chunk`` / ``read_chunk`` below are context managers around the core's halves. What
+stays here: construction (``_bind`` fills the core's interface once: the observer's methods,
+the ring's liveness, the counters, the cancel request, the wait policy), eviction between
+messages (``evict_dead``) and diagnostics.
 
 Writer, one message (:meth:`WriterEndpoint.publish`)::
 
@@ -42,21 +42,20 @@ handler is interrupted too, the next publish finishes it first (``owed``, ``wake
 Dropping a message whose payload is already queued would leave that payload for the next
 marker to pair with (``abort_drop_after_send``); freeing the slots of a published message
 would let the next placement overwrite a live view (spec/Arena.tla ``arena_unplace_published``).
-Whether the message was published is read from the chunk's ``written`` byte (only
-WriterPublish sets it after WriterClearWritten); that the payload was sent is recorded right
-after the send returns, so an asynchronous exception in the few bytecodes between ZeroMQ
-queueing the payload and that store is the one window not covered (the step hook's points are
-all covered). A signal handler runs only between Python bytecodes, and the sequence is C: in
-production (no step hook) it can raise only where the sequence calls back into Python (the wait
-loop, the overflow send, ``copy_out``), and a signal that arrives during the C steps is handled
-once ``publish`` returns, with the message published.
+Whether the message was published, and whether it is owed, is the core's own state
+(``owed_chunk``, set before the first read flag is cleared and when the overflow send returns,
+with no Python code in between; ``wake_owed``). A signal handler runs only between Python
+bytecodes, and the sequence is C: in production (no step hook) it can raise only where the core
+calls the interface (the wait's signal checks, the overflow send, ``copy_out``), and a signal
+that arrives during the C steps is handled once ``publish`` returns, with the message published.
 
 Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
 
-    [owed: ReaderRecvOverflow]                  a payload a timed-out receive still owes
+    [owed: ReaderRecvOverflow]                  a payload a failed receive still owes
     ReaderLoadWritten, ReaderLoadReadFlag       (spin, then park on write_seq); F4
     ReaderCopy                                  the caller's copy_out(view)
-    ReaderCheckEvicted (no step point)          evicted meanwhile: drop the copy, EvictedError
+    F8; ReaderCheckEvicted (no step point)      evicted meanwhile: drop the copy, EvictedError,
+                                                no ack: the reader is gone
     ReaderAck                                   F5; read_r := 1; i := i + 1 (also if copy_out raised)
     NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
     [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack
@@ -84,11 +83,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from . import steps as _steps
 from . import _protocol
 from .errors import DeadReaderError, EvictedError, RingTimeoutError
 from .ring import RingReader, RingWriter, ShmRingBuffer
-from .waiting import Counters, EventCount, Waiter, WaitPolicy
+from .waiting import Cancel, Counters, WaitPolicy
 
 __all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
 
@@ -151,57 +149,45 @@ NO_OBSERVER = Observer()
 
 
 class _Endpoint:
-    """What both sides share: the wait loop, the counters, the cancel flag and the observer."""
+    """What both sides share: the ring, the counters, the cancel request and the observer; the
+    core's interface is filled once, here (``_bind``)."""
 
-    def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None, counters: Counters | None, cancelled: list | None,
-                 observer: Observer | None) -> None:
+    what = "waiting"
+
+    def _setup(self, ring: ShmRingBuffer, cursor, policy: WaitPolicy | None, counters: Counters | None,
+               cancel: Cancel | None, observer: Observer | None, evict_dead_readers: bool = False) -> None:
         self.ring = ring
-        self.counters = Counters() if counters is None else counters
-        #: one-element list: ``shutdown()`` (any thread) sets it; every wait raises Cancelled
-        self.cancelled = [False] if cancelled is None else cancelled
-        self.waiter = Waiter(WaitPolicy() if policy is None else policy, self.counters, self.cancelled)
+        self.cursor = cursor
+        #: the queue's cancel request: ``set()`` (any thread) makes every wait raise Cancelled
+        self.cancel = Cancel() if cancel is None else cancel
+        self.policy = WaitPolicy() if policy is None else policy
         self.observer = NO_OBSERVER if observer is None else observer
-        self.what = "waiting"
+        self._bind(ring, self.observer, Counters() if counters is None else counters, self.cancel, self.policy,
+                   evict_dead_readers)
 
     @property
     def index(self) -> int:
         """The chunk this side is at (the next it writes / reads)."""
         return self.cursor.index
 
-    def _wait(self, ready, ec, side, timeout: float | None) -> None:
-        """Spin, then park on ``ec``, until ``ready()`` (the side's own look at the ring)."""
-        self.waiter.wait(ready, ec, side, self.cursor.index, timeout, self._timeout_error, self._idle, self.what)
-
-    def _timeout_error(self, waited: float) -> BaseException:
-        return self.observer.timeout_error(self, waited)
-
 
 class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads
     (MessageQueue: on its ipc socket) and says what a long wait means; ``evict_dead_readers``:
     a reader found dead while the writer waits for it is evicted (else the observer's
-    ``dead_readers_error`` is raised); ``cursor`` replaces the :class:`RingWriter` (the
-    planted-bug variants of tests/stateful)."""
+    ``dead_readers_error`` is raised); ``cursor`` replaces the :class:`RingWriter`."""
 
     side = "writer"
 
     def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancelled: list | None = None, observer: Observer | None = None, evict_dead_readers: bool = False,
+                 cancel: Cancel | None = None, observer: Observer | None = None, evict_dead_readers: bool = False,
                  cursor: RingWriter | None = None) -> None:
-        super().__init__(ring, policy, counters, cancelled, observer)
-        self.cursor = RingWriter(ring) if cursor is None else cursor
-        self.parks_on = EventCount(*ring.read_seq_addrs(), self.counters)  # readers' acks bump read_seq
-        self.notifies = EventCount(*ring.write_seq_addrs(), self.counters)  # readers park on write_seq
         self.evict_dead_readers = bool(evict_dead_readers)
-        #: the chunk whose message must be finished, not dropped, if an exception ends it
-        #: unpublished (its overflow payload was sent, or a read flag of it was cleared)
-        self.owed: int | None = None
-        #: a published message whose NotifyLoadWaiters/NotifyWake an exception cut short
-        self.wake_owed = False
         self.what = "writer waiting for a free chunk"
+        self._setup(ring, RingWriter(ring) if cursor is None else cursor, policy, counters, cancel, observer,
+                    self.evict_dead_readers)
 
-    # -- the sequence: publish, claim, _claim_message, _clear_flags_and_publish are C ------------
-    # (ringcast._protocol._WriterEndpoint, src/ringcast/_protocol_endpoint.c):
+    # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
     #
     # publish(parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)
     #     Broadcast one message: claim a chunk (waiting at most ``timeout`` seconds), write
@@ -209,87 +195,36 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     #     channel, publish, wake parked readers. If an exception ends it before anything of the
     #     message left the process, the message is dropped and ``unpublished()`` runs (if given)
     #     before the exception propagates; after that it is finished first (the module
-    #     docstring; ``_aborted``). A message an earlier exception left owed is finished before
-    #     this one. ``split_payload`` writes ``parts[0]`` alone first (the chunk is torn: new
-    #     header, old body), then every part: the spec's ``TwoStepPayload``, which the stateful
-    #     harness and the trace recorder use to exercise torn chunks.
+    #     docstring). A message an earlier exception left owed (``owed``, ``wake_owed``) is
+    #     finished before this one. ``split_payload`` writes ``parts[0]`` alone first (the chunk
+    #     is torn: new header, old body), then every part: the spec's ``TwoStepPayload``, which
+    #     the stateful harness and the trace recorder use to exercise torn chunks.
     # claim(timeout=None)
-    #     WriterClaim until the chunk at the cursor is free: one look, then spin and park
-    #     (``_wait``; at most ``timeout`` seconds, then the observer's ``timeout_error``).
-    # _claim_message(timeout) -> chunk
-    #     Finish what an earlier exception left owed (``_finish``), claim the chunk at the
-    #     cursor and clear its written byte (WriterClearWritten).
-    # _clear_flags_and_publish()
-    #     F7, clear every live reader's flag, then WriterPublish (the order spec/Ring.tla
-    #     proves); ``owed`` := None.
-
-    def _aborted(self, c: int, unpublished) -> None:
-        """An exception ended the message at chunk ``c`` (-1: before its written byte was
-        cleared, so nothing of it is out): drop it (``unpublished()``) unless it was published
-        or its payload sent, then finish what is owed."""
-        if c >= 0 and self.ring.flags(c)[0] == 1:  # WriterPublish ran: only the wake is left
-            self.wake_owed = True
-        elif not (c >= 0 and self.owed == c) and unpublished is not None:
-            unpublished()
-        if self.owed is not None or self.wake_owed:
-            self._finish()
-
-    def _finish(self) -> None:
-        """Complete the message an exception left owed: publish it (its payload is on the
-        socket) unless that already happened, then wake parked readers. Each step is recorded
-        before the next, so an exception in here leaves the rest owed to the next call."""
-        c = self.owed
-        if c is not None:
-            self.wake_owed = True
-            if self.ring.flags(c)[0] != 1:
-                self._clear_flags_and_publish()
-            self.owed = None
-        if self.wake_owed:
-            self.notifies.notify("writer", self.cursor.index)
-            self.wake_owed = False
+    #     WriterClaim until the chunk at the cursor is free: one look, then spin and park (at
+    #     most ``timeout`` seconds, then the observer's ``timeout_error``).
+    # _finish()
+    #     Publish what an error left owed, then wake readers.
 
     @contextmanager
     def write_chunk(self, timeout: float | None = None):
         """Claim a chunk and yield its ``max_chunk_bytes`` memoryview for the caller to fill;
         publish on normal exit. If the block raises, nothing is published (the chunk stays
         writable, ``written = 0``); an exception after the publish leaves the wake owed, as in
-        :meth:`publish`."""
-        w = self.cursor
-        c = -1
+        :meth:`publish`. The sequence is the core's (``_acquire_write``, then ``_commit_write``
+        or ``_abort_write``)."""
+        view = self._acquire_write(timeout)
         try:
-            c = self._claim_message(timeout)
-            w._writer_write_payload(())  # the step point of the caller's stores into the chunk
-            with w.data_view() as view:
+            with view:
                 yield view
-            self._clear_flags_and_publish()
-            self.notifies.notify("writer", w.index)
         except BaseException:
-            self._aborted(c, None)
+            self._abort_write()
             raise
-
-    # Spec: WriterSendOverflow
-    def _writer_send_overflow(self, frames) -> None:
-        if _steps.hook is not None:
-            _steps.hook("WriterSendOverflow", "writer", self.cursor.index, None)
-        self.observer.send_overflow(frames)
-        self.owed = self.cursor.index  # the payload is out: from here the marker must follow
-
-    def _idle(self, waited: float) -> None:
-        """While parked for a chunk, about every recheck_interval: are the readers it waits for
-        alive? A dead one is evicted (``evict_dead_readers``) or the wait raises; one whose
-        liveness cannot be told (``unknown``) is neither: it is only named in the long-wait log."""
-        dead, unknown = self.ring.reader_liveness(self.cursor.unread_readers())
-        if dead:
-            if not self.evict_dead_readers:
-                raise self.observer.dead_readers_error(self, dead, waited)
-            self.evict_dead(dead)
-        self.observer.long_wait(self, waited, unknown)
+        self._commit_write()
 
     def evict_dead(self, dead: list) -> None:
-        """Evict the readers of ``dead`` (``[(reader, pid)]``, each found dead while the writer
-        waited for a chunk, so between messages): the spec's WriterEvict for each (the ring's
-        step, spec model ``evict_correct``), then tell the observer. The one place a reader is
-        evicted."""
+        """Evict the readers of ``dead`` (``[(reader, pid)]``, found dead between messages): the
+        spec's WriterEvict for each (the ring's step, spec model ``evict_correct``), then tell the
+        observer. A parked writer's own evictions are the core's (``evict_dead_readers``)."""
         for r, _pid in dead:
             self.cursor._writer_evict(r)
             self.counters.evictions += 1
@@ -307,35 +242,28 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     checks the writer while the reader is parked."""
 
     def __init__(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancelled: list | None = None, observer: Observer | None = None, cursor: RingReader | None = None) -> None:
-        super().__init__(ring, policy, counters, cancelled, observer)
-        self.cursor = RingReader(ring, r) if cursor is None else cursor
+                 cancel: Cancel | None = None, observer: Observer | None = None, cursor: RingReader | None = None) -> None:
         self.side = self.r = r
-        self.parks_on = EventCount(*ring.write_seq_addrs(), self.counters)  # the writer's publications bump write_seq
-        self.notifies = EventCount(*ring.read_seq_addrs(), self.counters)  # the writer parks on read_seq
-        #: a marker was acked but its payload not yet received (its receive timed out)
-        self.owed = False
         self.what = f"reader {r} waiting for a message"
+        self._setup(ring, RingReader(ring, r) if cursor is None else cursor, policy, counters, cancel, observer)
 
-    # -- the sequence: ready, wait_ready, receive are C -------------------------------------------
-    # (ringcast._protocol._ReaderEndpoint, src/ringcast/_protocol_endpoint.c):
+    # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
     #
     # ready() -> bool
     #     ReaderLoadWritten, ReaderLoadReadFlag (short-circuit: after ``written = 0`` it does
     #     not load its flag), then F4: is the chunk at the cursor written and not yet read by us?
     # wait_ready(timeout=None)
-    #     Look until ``ready()``: one look, then spin and park (``_wait``; at most ``timeout``
-    #     seconds).
+    #     Look until ``ready()``: one look, then spin and park (at most ``timeout`` seconds).
     # receive(copy_out, timeout=None, deadline=None) -> (kept, None) | (None, frames)
     #     Receive the next message. ``copy_out(view)`` runs on the chunk's memoryview during
     #     ReaderCopy and returns what to keep (it must copy: the chunk is reused after the ack;
     #     the view is released when it returns), or :data:`OVERFLOW` for a marker chunk; then
-    #     ReaderCheckEvicted (``_evicted_error``), ReaderAck and the writer's wake-up, the last
-    #     two also when copy_out raised. Returns ``(kept, None)``, or ``(None, frames)`` for a
-    #     message that came over the overflow channel (``_reader_recv_overflow``, also first,
-    #     for a payload an earlier receive acked the marker of but timed out on). ``deadline``
-    #     (``time.monotonic()`` seconds) bounds the overflow receive, ``timeout`` the wait for
-    #     the chunk.
+    #     F8, ReaderCheckEvicted (evicted: EvictedError, the reader is ``gone`` and does not
+    #     ack), ReaderAck and the writer's wake-up, the last two also when copy_out raised.
+    #     Returns ``(kept, None)``, or ``(None, frames)`` for a message that came over the
+    #     overflow channel (ReaderRecvOverflow: also first, for a payload an earlier receive
+    #     acked the marker of, ``owed``). ``deadline`` (``time.monotonic()`` seconds) bounds the
+    #     overflow receive, ``timeout`` the wait for the chunk.
 
     def _evicted_error(self, lost: str = "the copy is dropped") -> EvictedError:
         """What receive (and read_chunk, at the block's exit) raises when the writer evicted this
@@ -351,33 +279,18 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
         """Wait for the next chunk and yield its memoryview; ack on exit, also when the block
         raises. The view is released on exit, a slice of it is not: after the ack the writer
         may reuse the chunk, and a kept slice reads the next message (copy out what must stay).
-        A block that returns is followed by ReaderCheckEvicted, as receive's copy is: if the writer
-        evicted this reader meanwhile, the bytes the block read may be a refill, and the exit
-        raises EvictedError (the block has used them by then: discard what it made of them)."""
-        self.wait_ready(timeout)
-        c = self.cursor
+        The block's exit is followed by F8 and ReaderCheckEvicted, as receive's copy is: if the
+        writer evicted this reader meanwhile, the bytes the block read may be a refill, and the
+        exit raises EvictedError (the block has used them by then: discard what it made of
+        them). The sequence is the core's (``_acquire_read``, then ``_release_read``)."""
+        view = self._acquire_read(timeout)
         try:
-            with c._reader_copy() as view:
+            with view:
                 yield view
-            if c._reader_check_evicted():
-                raise self._evicted_error("what the block made of its bytes must be discarded")
-        finally:
-            c._reader_ack()
-            self.notifies.notify(self.r, c.index)
-
-    # Spec: ReaderRecvOverflow
-    def _reader_recv_overflow(self, deadline: float | None, timeout: float | None):
-        if _steps.hook is not None:
-            _steps.hook("ReaderRecvOverflow", self.r, self.cursor.index, None)
-        frames = self.observer.recv_overflow(deadline, timeout)
-        self.owed = False
-        return frames
-
-    def _idle(self, waited: float) -> None:
-        """While parked for a message, about every recheck_interval: the observer checks the
-        writer (dead, or it evicted us: raises), then logs a long wait."""
-        self.observer.check_writer(self, waited)
-        self.observer.long_wait(self, waited, [])
+        except BaseException:
+            self._release_read(True)
+            raise
+        self._release_read(False)
 
     def release(self) -> None:
         """Drop the cursor's view of the mapping (before the ring is closed)."""

@@ -40,7 +40,7 @@ from .framing import MARK_INLINE, Pickler, Unpickler, frame, main_frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .roles import QueueRole, QueueStatistics, ReaderSide, Role, Side, WriterSide, check_reader_counts, wait_policy
-from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Counters, WaitPolicy, check_timeout
+from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, DEFAULT_WARN, Cancel, Counters, WaitPolicy, check_timeout
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
@@ -134,7 +134,7 @@ class MessageQueue(QueueRole):
                 self.buffer.register_writer()
                 local_addr, self._ipc_path = channel.local_address()
                 self.local_socket = self._side.socket = channel.xpub(self._ctx, local_addr, topic)
-                self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancelled=self._cancelled,
+                self._endpoint = ep = WriterEndpoint(self.buffer, self.policy, counters=self._counters, cancel=self._cancelled,
                                                      observer=self._side, evict_dead_readers=evict_dead_readers)
                 if enable_shm_tensor_arena and not tensor_arena_bytes:
                     tensor_arena_bytes = DEFAULT_ARENA_BYTES
@@ -167,7 +167,7 @@ class MessageQueue(QueueRole):
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
         self._counters = Counters()
-        self._cancelled = [False]
+        self._cancelled = Cancel()  # shutdown(): set() wakes the endpoint's sleepers
         self._messages = self._bytes = self._overflows = 0
         self._unpickler = Unpickler()
         self._pickler = Pickler()
@@ -223,7 +223,7 @@ class MessageQueue(QueueRole):
                 self._unpickler.arena = reader_arena(handle, local)
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
                 self._side = ReaderSide(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
-                ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancelled=self._cancelled,
+                ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancel=self._cancelled,
                                     observer=self._side)
                 ep.what = f"{self._role()} waiting for a message"
                 self._endpoint = self._unpickler.endpoint = ep
@@ -297,7 +297,7 @@ class MessageQueue(QueueRole):
                 self._check_writer("enqueue")
             if timeout is not None:
                 timeout = check_timeout(timeout)
-            if self._cancelled[0]:
+            if self._cancelled:
                 self._check_cancelled("enqueue")
             parts, main_len, bufs, size = self._pickler.dump(obj)
             ep = self._endpoint
@@ -344,7 +344,7 @@ class MessageQueue(QueueRole):
             if self._closed or self._is_writer:
                 self._check_reader("dequeue")
             deadline = None if timeout is None else time.monotonic() + check_timeout(timeout)
-            if self._cancelled[0]:
+            if self._cancelled:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
             if ep is None:  # a remote reader
@@ -408,11 +408,7 @@ class MessageQueue(QueueRole):
     def shutdown(self) -> None:
         """Make every current and future wait of this queue object raise :class:`Cancelled`.
         Safe to call from another thread; ``close()`` afterwards releases everything."""
-        self._cancelled[0] = True
-        ep = self._endpoint
-        if ep is not None and self.buffer is not None and not self.buffer.closed:
-            ep.parks_on.wake_all()
-            ep.notifies.wake_all()
+        self._cancelled.set()  # wakes the endpoint's sleepers; a closed ring is left alone
 
     def close(self) -> None:
         """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent.
@@ -436,7 +432,7 @@ class MessageQueue(QueueRole):
                     self._role(), _CLOSE_GRACE,
                 )
                 return
-        self._cancelled[0] = True
+        self._cancelled.set()
         if self._finalizer is not None:
             self._finalizer.detach()  # released here, with the sockets' linger (queued messages flushed)
         channel.close_all((self.local_socket, self.remote_socket), self._auth, self._ctx, self._ipc_path)

@@ -1,21 +1,22 @@
 """The shared-memory ring: one writer, ``n_reader`` readers, four states per chunk.
 
 Layout and states: :mod:`ringcast.layout`. The protocol's atomic steps are C functions of
-``ringcast._protocol`` (src/ringcast/_protocol_ring.c), one per action of ``spec/Ring.tla``: the
+the protocol core (src/ringcast/core/rc_steps.c, through ``ringcast._protocol``), one per action
+of ``spec/Ring.tla``: the
 cursors below are :class:`RingWriter` and :class:`RingReader`, whose methods named
 ``_writer_*`` / ``_reader_*`` are those actions in CamelCase (the stateful tests, tests/stateful/,
 use the same names). Before each shared-memory access a step calls the step hook
 (:mod:`ringcast.steps`), which is ``None`` in production: the C function's tracepoint. The order
-of the steps for one message (and the waiting between them) is not here: it is
-:mod:`ringcast.endpoint`'s, the only caller of these methods. This module builds the segment and
+of the steps for one message (and the waiting between them) is not here: it is the core's
+(src/ringcast/core/rc_core.c), which :mod:`ringcast.endpoint`'s classes run; these methods are
+single steps, for tests and tools. This module builds the segment and
 the cursors and keeps the diagnostics (flags, liveness) in Python.
 
 Fences (a sequentially consistent fence, ``rc_fence`` of ringcast_fences.h). Which are needed is
 what TLC shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table").
-F1, F3 and F5 are in the C steps; F7 and F4 sit between two steps, so they are in the endpoints'
-C sequence (_protocol_endpoint.c: ``_clear_flags_and_publish``, ``ready``, which
-:mod:`ringcast.endpoint`'s classes inherit); F6W and F6N in the eventcount's C steps
-(_protocol_wait.c, re-exported by :mod:`ringcast.waiting`):
+F1, F3, F5 and F8 are in the core's steps; F7 and F4 sit between two steps, so they are in the
+core's sequence (core/rc_core.c: ``clear_and_publish``, ``reader_look_impl``); F6W and F6N in
+the eventcount's steps (core/rc_wait.c). Each fence's comment names the one it pairs with:
 
 * F1 after the writer's claim loads: no payload store before the loads that showed every reader
   done. Redundant in the relaxed model (it honours control dependencies, as Arm hardware does);
@@ -31,6 +32,8 @@ C sequence (_protocol_endpoint.c: ``_clear_flags_and_publish``, ``ready``, which
   (``relaxed_no_f4``).
 * F5 before ``read_r := 1``: the copy is complete before the writer may reuse the chunk
   (``relaxed_no_f5``).
+* F8 after the copy, before ReaderCheckEvicted's load: a copy that saw a refill sees the eviction
+  that preceded it (pairs with F1; spec/Ring.tla's copy -> check, issue 37).
 * F6W / F6N belong to the parking protocol (:mod:`ringcast.waiting`); F6N is the only fence
   x86 (TSO) needs (``park_tso_no_f6n``). On x86 the others cost ~30 ns each and act as
   compiler barriers.
@@ -213,11 +216,13 @@ class ShmRingBuffer:
 
 def _offsets(ring: ShmRingBuffer) -> tuple:
     """The steps' constructor arguments: the mapping, chunk i's flag and data offsets, each
-    reader's state word, the chunk size."""
+    reader's state word, the chunk size, the two eventcounts' words (write_seq, readers' waiters,
+    read_seq, the writer's waiters)."""
     lay = ring.layout
     metas = [lay.meta(i) for i in range(ring.max_chunks)]
     datas = [lay.data(i) for i in range(ring.max_chunks)]
-    return ring.buf, metas, datas, [Layout.reader_state_offset(r) for r in range(ring.n_reader)], ring.max_chunk_bytes
+    states = [Layout.reader_state_offset(r) for r in range(ring.n_reader)]
+    return ring.buf, metas, datas, states, ring.max_chunk_bytes, (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS)
 
 
 class RingWriter(_protocol._WriterSteps):

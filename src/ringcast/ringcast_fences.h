@@ -77,6 +77,13 @@ rc_spin_hint(void)
 #endif
 }
 
+/* A 32-bit word stored with seq_cst order (the core's cancel request, set from any thread) */
+RC_INLINE void
+rc_store_u32(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+}
+
 /* The ring's flag bytes (written, read_r) and the evicted byte: single-copy atomic, no ordering
  * of their own (relaxed). What orders them is the fences at the protocol's fence points, as in the
  * spec's relaxed model: plain loads and stores, ordered only by F1-F7. */

@@ -118,7 +118,7 @@ class Side(Observer):
     and the long-wait log. Local sides are their endpoint's :class:`~ringcast.endpoint.Observer`;
     a remote reader has this base (no ring). It refers to no MessageQueue (see Observer)."""
 
-    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled: list, socket=None) -> None:
+    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled, socket=None) -> None:
         self.role = role
         self.policy = policy
         self.counters = counters
@@ -143,7 +143,7 @@ class Side(Observer):
             logger.warning("ringcast %s (pid %d) still waiting after %.1fs: %s", self.role, os.getpid(), waited, detail)
 
     def check_cancelled(self, what: str) -> None:
-        if self.cancelled[0]:
+        if self.cancelled:
             raise Cancelled(f"{self.role} {what}: shutdown() was called")
 
     def recv_frames(self, sock, deadline: float | None, what: str, timeout: float | None, copy: bool = True) -> list:
@@ -166,7 +166,7 @@ class WriterSide(Side):
     waits for (by index and rank), builds the error for dead ones and logs their eviction (the
     endpoint decides which: ``WriterEndpoint(evict_dead_readers=...)``)."""
 
-    def __init__(self, policy: WaitPolicy, counters, cancelled: list, socket, local_reader_ranks: list[int]) -> None:
+    def __init__(self, policy: WaitPolicy, counters, cancelled, socket, local_reader_ranks: list[int]) -> None:
         super().__init__("writer", policy, counters, cancelled, socket)
         self.local_reader_ranks = local_reader_ranks
 
@@ -208,7 +208,7 @@ class ReaderSide(Side):
     """A local reader's observer: receives overflow payloads; evicted by the writer, a dead
     writer, the chunk it waits for."""
 
-    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled: list, socket, ring) -> None:
+    def __init__(self, role: str, policy: WaitPolicy, counters, cancelled, socket, ring) -> None:
         super().__init__(role, policy, counters, cancelled, socket)
         self.buffer = ring
 
@@ -288,7 +288,7 @@ class QueueRole:
     @property
     def shutting_down(self) -> bool:
         """``shutdown()`` (or ``close()``) was called: every wait raises :class:`Cancelled` (vLLM's attribute)."""
-        return self._cancelled[0]
+        return bool(self._cancelled)
 
     @property
     def tensor_arena(self):

@@ -2,10 +2,11 @@
 process before each shared-memory access of the protocol. ``None`` in production.
 
 The bottom of the package (it imports nothing of ours but the C extensions, which it checks):
-the ring's and the eventcount's atomic steps (C functions of ``ringcast._protocol``, wrapped by
-:mod:`ringcast.ring` and :mod:`ringcast.waiting`: their tracepoints), :mod:`ringcast.waiting`'s
-ParkRecheck, :mod:`ringcast.endpoint` (the overflow steps) and :mod:`ringcast.arena` (the tensor
-arena's slot steps, spec/Arena.tla) call it, each right before the access it names, as::
+every step of the protocol core (src/ringcast/core: the ring's and the eventcount's steps,
+ParkRecheck, the overflow steps; its single tracepoint ``rc_step_hook``, a C function pointer that
+``ringcast._protocol`` points at a trampoline to this hook while one is set, NULL otherwise) and
+:mod:`ringcast.arena` (the tensor arena's slot steps, spec/Arena.tla) call it, each right before
+the access it names, as::
 
     hook(action, side, index, reader)
 

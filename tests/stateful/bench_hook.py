@@ -6,10 +6,9 @@ clear the read flag, publish, NotifyLoadWaiters), the reader endpoint receives i
 load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nobody parked: 11
 step points.  The real classes (step hook None: one NULL test per C step, one is-None test per
 Python one) run against copies without any: the ring's and the eventcount's steps from
-src/ringcast/_protocol.c compiled with ``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build,
-:func:`notrace_protocol`), and ringcast/ring.py's, ringcast/waiting.py's and
-ringcast/endpoint.py's source recompiled on it with every ``if _steps.hook is not None: ...``
-removed.  Trials alternate between the two so that
+src/ringcast/_protocol.c (the binding and the protocol core) compiled with
+``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build, :func:`notrace_protocol`), and ringcast/ring.py's,
+ringcast/waiting.py's and ringcast/endpoint.py's source recompiled on it (builds.py).  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  test_bench_hook calls :func:`measure`.
 
@@ -22,84 +21,55 @@ buffer, against arena.py compiled without its 8 checks.
 from __future__ import annotations
 
 import ast
-import importlib.util
-import inspect
+import importlib
 import re
 import statistics
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import textwrap
 import time
-import types
 from pathlib import Path
 
-PROTOCOL_C = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "_protocol.c"
-_C_TEXT = "\n".join(p.read_text() for p in sorted(PROTOCOL_C.parent.glob("_protocol*.c")))  # with the parts it includes
-#: the spec actions whose tracepoints _protocol.c has, by the Python module that wraps them
+try:
+    from .builds import module_on, protocol_build
+except ImportError:  # run as a script: python tests/stateful/bench_hook.py
+    from builds import module_on, protocol_build
+
+CORE = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "core"
+_C_TEXT = "\n".join(p.read_text() for p in sorted(CORE.glob("rc_*.c")))  # the core's steps and waits
+#: the spec actions whose tracepoints the core has, by the Python module that wraps them
 C_ACTIONS = {
     "ring": re.findall(r"/\* Spec: ((?:Writer|Reader)\w+)", _C_TEXT),
     "waiting": re.findall(r"/\* Spec: ((?:Park|Notify)\w+)", _C_TEXT),
 }
-_notrace = None
 
 
 def notrace_protocol():
     """ringcast._protocol built from the checkout's _protocol.c with its tracepoints compiled out
-    (once per process, in a scratch directory; loaded under its own file, so the real module is
-    untouched)."""
-    global _notrace
-    if _notrace is None:
-        with tempfile.TemporaryDirectory(prefix="ringcast-notrace-") as tmp:  # loaded, the file can go
-            out = Path(tmp) / ("_protocol" + sysconfig.get_config_var("EXT_SUFFIX"))
-            cmd = ["cc", "-O2", "-shared", "-fPIC", "-DRINGCAST_NO_TRACEPOINTS", "-I", sysconfig.get_paths()["include"],
-                   "-o", str(out), str(PROTOCOL_C)]
-            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-            spec = importlib.util.spec_from_file_location("ringcast._protocol", out)
-            real = sys.modules["ringcast._protocol"]
-            try:
-                _notrace = importlib.util.module_from_spec(spec)  # a single-phase extension: it also
-                spec.loader.exec_module(_notrace)                 # registers itself in sys.modules
-            finally:
-                sys.modules["ringcast._protocol"] = real
-        if _notrace.TRACEPOINTS != 0:
-            raise RuntimeError("the comparison build of _protocol.c has its tracepoints")
-    return _notrace
+    (builds.protocol_build: once per process, loaded beside the real module)."""
+    build = protocol_build("RINGCAST_NO_TRACEPOINTS")
+    if build.TRACEPOINTS != 0:
+        raise RuntimeError("the comparison build of _protocol.c has its tracepoints")
+    return build
+
+
+class _Strip(ast.NodeTransformer):
+    """``if _steps.hook is not None: ...`` removed (arena.py's checks), counted"""
+
+    removed = 0
+
+    def visit_If(self, node):
+        if ast.unparse(node.test) == "_steps.hook is not None":
+            self.removed += 1
+            return None
+        return self.generic_visit(node)
 
 
 def stripped_module(mod, replace: dict | None = None):
-    """``mod`` (ringcast.ring, .waiting or .endpoint) recompiled without the hook checks, on the
-    C steps without tracepoints (:func:`notrace_protocol`); returns (module namespace, how many
-    checks were removed: the Python ones and the C tracepoints). ``replace`` overrides names the module
-    imported (the stripped classes of the modules below it)."""
-    src = textwrap.dedent(inspect.getsource(mod))
-    tree = ast.parse(src)
-    removed = 0
-
-    class Strip(ast.NodeTransformer):
-        def visit_If(self, node):  # ``if _steps.hook is not None: ...`` (ring.py, waiting.py, endpoint.py, arena.py)
-            nonlocal removed
-            if ast.unparse(node.test) == "_steps.hook is not None":
-                removed += 1
-                return None
-            return self.generic_visit(node)
-
-        def visit_ImportFrom(self, node):  # ``from . import _protocol``: given below, the build without tracepoints
-            return None if node.level == 1 and [a.name for a in node.names] == ["_protocol"] else node
-
-    tree = ast.fix_missing_locations(Strip().visit(tree))
-    name = f"ringcast._{mod.__name__.rsplit('.', 1)[1]}_nohook"
-    m = types.ModuleType(name)
-    m.__package__, m.__file__ = "ringcast", mod.__file__
-    m.__dict__["_protocol"] = notrace_protocol()  # this namespace's, built here: the import above was stripped
-    sys.modules[name] = m  # dataclasses look their module up while the class is built
-    try:
-        exec(compile(tree, mod.__file__ + " (no hook)", "exec"), m.__dict__)
-    finally:
-        del sys.modules[name]
-    m.__dict__.update(replace or {})
-    return m.__dict__, removed + len(C_ACTIONS.get(mod.__name__.rsplit(".", 1)[1], ()))
+    """``mod`` (ringcast.ring, .waiting, .endpoint, .arena) recompiled without the hook checks, on
+    the C steps without tracepoints (:func:`notrace_protocol`); returns (module namespace, how
+    many checks were removed: the Python ones and the C tracepoints). ``replace`` overrides names
+    the module imported (the stripped classes of the modules below it)."""
+    strip = _Strip()
+    ns = module_on(mod, notrace_protocol(), replace, strip)
+    return ns, strip.removed + len(C_ACTIONS.get(mod.__name__.rsplit(".", 1)[1], ()))
 
 
 def stripped(name: str):
@@ -109,7 +79,7 @@ def stripped(name: str):
     if name != "endpoint":
         return stripped_module(mod)
     (rns, r1), (wns, r2) = stripped("ring"), stripped("waiting")
-    names = {k: rns[k] for k in ("RingWriter", "RingReader")} | {k: wns[k] for k in ("EventCount", "Waiter", "Counters", "WaitPolicy")}
+    names = {k: rns[k] for k in ("RingWriter", "RingReader")} | {k: wns[k] for k in ("EventCount", "Counters", "Cancel", "WaitPolicy")}
     ens, r3 = stripped_module(mod, names)
     return ens, r1 + r2 + r3
 

@@ -1,7 +1,8 @@
-"""Deliberately broken variants of the ring protocol (planted bugs), as subclasses of the real
-endpoints (ringcast.endpoint) or of the ring's cursors: they call the real step methods (and so
-the real step hook) and only change the order or the cursor logic; everything else is the
-endpoint MessageQueue runs.  Each has a spec counterpart (spec/MCRing.tla constants) except
+"""Deliberately broken variants of the ring protocol (planted bugs): compile-time variants of the
+protocol core (src/ringcast/core/rc_planted.c, in a test build with ``-DRINGCAST_TEST_PLANTED``,
+builds.py), each a branch of the core's own sequence that calls the real steps (and so the real
+step hook) and only changes the order or the cursor logic; everything else is the core
+MessageQueue runs.  Each has a spec counterpart (spec/MCRing.tla constants) except
 ScanAheadWriter, which the harness model supports as an extension (``scan_ahead``).
 
 ``WRITERS[name](ring, policy)`` / ``READERS[name](ring, r, policy)`` build the endpoint of a
@@ -15,117 +16,63 @@ The tensor arena's planted bugs (spec/Arena.tla's must-fail models) subclass its
 from __future__ import annotations
 
 from ringcast.arena import ArenaReader, ArenaWriter
-from ringcast.atomics import fence
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
-from ringcast.ring import RingReader, RingWriter
 from ringcast.trace.model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
 
 
-def _seek(cursor, i: int) -> None:
-    """Move a cursor (not a step: the variants' own logic)."""
-    cursor.index = i
+class Planted:
+    """A planted bug's endpoint factory (picklable: the harness hands it to its workers):
+    ``Planted("writer", "reversed")(ring, policy)`` / ``Planted("reader", "skip")(ring, r, policy)``
+    build the endpoint of the planted test build (builds.py: ``-DRINGCAST_TEST_PLANTED``, the
+    bugs of src/ringcast/core/rc_planted.c) and plant the bug in its cursor. The shipped build
+    has no planted code; the test build runs the same core with the bug's branch taken."""
+
+    def __init__(self, side: str, name: str) -> None:
+        self.side, self.name = side, name
+
+    def __call__(self, ring, *args):
+        from .builds import endpoints_on, forward_hook, protocol_build
+
+        build = protocol_build("RINGCAST_TEST_PLANTED")
+        if not build.PLANTED:
+            raise RuntimeError("the planted test build has no planted bugs")
+        forward_hook(build)
+        ns = _planted_endpoints.setdefault(id(build), endpoints_on(build))
+        ep = ns["WriterEndpoint" if self.side == "writer" else "ReaderEndpoint"](ring, *args)
+        build._plant(ep.cursor, self.name)
+        return ep
+
+    def __repr__(self) -> str:
+        return f"Planted({self.side!r}, {self.name!r})"
 
 
-class ReversedWriter(WriterEndpoint):
-    """Publishes ``written = 1`` BEFORE clearing the read flags (spec: OrderPublishBeforeClear)."""
+_planted_endpoints: dict = {}
 
-    def _clear_flags_and_publish(self) -> None:
-        w = self.cursor
-        idx = w.index
-        fence()
-        w._writer_publish()  # moves the cursor on; the flags to clear are still idx's
-        _seek(w, idx)
-        for r in w.live_readers:
-            w._writer_clear_read_flag(r)
-        _seek(w, (idx + 1) % w.ring.max_chunks)
-
-
-class ScanAheadCursor(RingWriter):
-    """When the chunk at its index is not free, looks at the next one instead of waiting
-    (no spec counterpart; model extension ``scan_ahead``)."""
-
-    def _writer_claim(self) -> bool:
-        if super()._writer_claim():
-            return True
-        _seek(self, (self.index + 1) % self.ring.max_chunks)
-        return False
-
-
-def ScanAheadWriter(ring, policy=None) -> WriterEndpoint:
-    return WriterEndpoint(ring, policy, cursor=ScanAheadCursor(ring))
-
-
-class SkippingReader(ReaderEndpoint):
-    """Advances past a chunk whose written byte is 1 and whose own read flag is already 1
-    (spec: SkipReader = TRUE)."""
-
-    def ready(self) -> bool:
-        c = self.cursor
-        if c._reader_load_written() != 1:
-            return False
-        if c._reader_load_read_flag() == 0:
-            fence()
-            return True
-        _seek(c, (c.index + 1) % c.ring.max_chunks)
-        return False
-
-
-class EarlyAckReader(ReaderEndpoint):
-    """The last reader acks its first message BEFORE copying it, only when the writer waits to
-    claim that chunk: the next chunk holds a message nobody has read yet (the ring is full) and
-    every other reader has acked this one (spec: the ack store visible before the copy, EarlyAck;
-    a rarely reached state: tests/stateful/test_coverage.py, guided replay finds it)."""
-
-    first = True
-
-    def receive(self, copy_out, timeout=None, deadline=None):
-        self.wait_ready(timeout)
-        c, ring = self.cursor, self.ring
-        i, n = c.index, (c.index + 1) % ring.max_chunks
-        f, g = ring.flags(i), ring.flags(n)  # a peek, not a step
-        others = [q for q in range(ring.n_reader) if q != self.r]
-        bite = (self.first and self.r == ring.n_reader - 1 and others and n != i and g[0] == 1
-                and all(g[1 + q] == 0 for q in range(ring.n_reader)) and all(f[1 + q] == 1 for q in others))
-        self.first = False
-        if bite:
-            c._reader_ack()  # moves the cursor on; the chunk to copy is still i
-            _seek(c, i)
-            with c._reader_copy() as view:
-                kept = copy_out(view)
-            _seek(c, (i + 1) % ring.max_chunks)
-        else:  # the production order (ring-level programs only: no overflow marker)
-            with c._reader_copy() as view:
-                kept = copy_out(view)
-            c._reader_ack()
-        self.notifies.notify(self.r, c.index)
-        return kept, None
-
-
-class LappedReader(ReaderEndpoint):
-    """Thinks the writer has lapped it where it has not, and drops a message: after a successful
-    look it peeks at its chunk's flags again (a peek, not a step); if the written byte is back to
-    0 while a peer has not acked the chunk before, it concludes that the ring is full and the
-    writer has come round to its chunk, and gives the chunk back (ReaderAck) without copying it,
-    as a lossy ring's reader drops a message the writer overwrote. This ring never overwrites an
-    unacked chunk: the written byte is 0 there only after a *stale look* (the reader loaded
-    ``written = 1`` of the chunk's previous message, read long ago, and its flag after the writer
-    had claimed the chunk, written the next message and cleared the flag), and the chunk holds
-    the reader's next message, complete. No spec switch: the per-step check refuses the ack
-    where the spec's reader copies. Rarely reached: the guided replay of ring_correct catches it
-    (70 of 457 paths, first at path 292); plain Hypothesis at the ci budget catches it under 4 of
-    20 seeds (``python -m tests.stateful.guided ring_correct --planted lapped``, docs/stateful.md)."""
-
-    def ready(self) -> bool:
-        if not super().ready():
-            return False
-        c, ring = self.cursor, self.ring
-        prev = (c.index - 1) % ring.max_chunks
-        here, before = ring.flags(c.index), ring.flags(prev)  # peeks, not steps
-        if prev == c.index or here[0] != 0 or all(before[1 + q] for q in range(ring.n_reader) if q != self.r):
-            return True
-        c._reader_ack()  # the message is lost; the wait goes on at the next chunk
-        self.notifies.notify(self.r, c.index)
-        return False
+#: ReversedWriter: publishes ``written = 1`` BEFORE clearing the read flags (spec: OrderPublishBeforeClear).
+ReversedWriter = Planted("writer", "reversed")
+#: ScanAheadWriter: when the chunk at its index is not free, looks at the next one instead of
+#: waiting (no spec counterpart; model extension ``scan_ahead``).
+ScanAheadWriter = Planted("writer", "scan_ahead")
+#: SkippingReader: advances past a chunk whose written byte is 1 and whose own read flag is
+#: already 1 (spec: SkipReader = TRUE).
+SkippingReader = Planted("reader", "skip")
+#: EarlyAckReader: the last reader acks its first message BEFORE copying it, only when the writer
+#: waits to claim that chunk: the next chunk holds a message nobody has read yet (the ring is full)
+#: and every other reader has acked this one (spec: the ack store visible before the copy,
+#: EarlyAck; a rarely reached state: tests/stateful/test_coverage.py, guided replay finds it).
+EarlyAckReader = Planted("reader", "early_ack")
+#: LappedReader: thinks the writer has lapped it where it has not, and drops a message: after a
+#: successful look it peeks at its chunk's flags again (a peek, not a step); if the written byte is
+#: back to 0 while a peer has not acked the chunk before, it concludes that the ring is full and
+#: the writer has come round to its chunk, and gives the chunk back (ReaderAck) without copying
+#: it, as a lossy ring's reader drops a message the writer overwrote. This ring never overwrites
+#: an unacked chunk: the written byte is 0 there only after a *stale look* (the reader loaded
+#: ``written = 1`` of the chunk's previous message, read long ago, and its flag after the writer
+#: had claimed the chunk, written the next message and cleared the flag), and the chunk holds the
+#: reader's next message, complete. No spec switch: the per-step check refuses the ack where the
+#: spec's reader copies. Rarely reached: the guided replay of ring_correct catches it
+#: (``python -m tests.stateful.guided ring_correct --planted lapped``, docs/stateful.md).
+LappedReader = Planted("reader", "lapped")
 
 
 WRITERS = {"correct": WriterEndpoint, "reversed": ReversedWriter, "scan_ahead": ScanAheadWriter}

@@ -88,10 +88,16 @@ claim(rc_writer *w, double timeout)
     return side_wait(&w->s, timeout);
 }
 
+int
+rc_writer_claim(rc_writer *w, double timeout)
+{
+    return claim(w, timeout);
+}
+
 /* F7; WriterClearReadFlag for each live reader; WriterPublish (the order spec/Ring.tla proves).
  * FlagOut: once a flag is cleared a reader may take the chunk, so from before the first clear
  * the message is owed (finished, never dropped; model abort_code_n1). */
-static int
+RC_FENCED static int
 clear_and_publish(rc_writer *w)
 {
     rc_side *s = &w->s;
@@ -266,7 +272,7 @@ rc_writer_unread(rc_writer *w, int *out, uint32_t *n)
 /* ------------------------------------------------------------------------------- a reader -- */
 
 /* ReaderLoadWritten, ReaderLoadReadFlag (short-circuit: after written = 0 no flag load), F4 */
-static int
+RC_FENCED static int
 reader_look_impl(rc_reader *rd, int *ready)
 {
     int v = 0, rc;
@@ -297,6 +303,12 @@ wait_ready(rc_reader *rd, double timeout)
     if (rc != RC_OK || ready)
         return rc;
     return side_wait(&rd->s, timeout);
+}
+
+int
+rc_reader_wait(rc_reader *rd, double timeout)
+{
+    return wait_ready(rd, timeout);
 }
 
 /* After the copy (rc_copy: its result): F8 and ReaderCheckEvicted (evicted: the copy is dropped,
@@ -416,6 +428,13 @@ rc_step(rc_side *s, rc_action action, int arg, long *out)
     case RC_WriterClearReadFlag: rc = writer_clear_read_flag(w, (uint32_t)arg); break;
     case RC_WriterPublish: rc = writer_publish(w); break;
     case RC_WriterEvict: rc = writer_evict(w, (uint32_t)arg); break;
+    case RC_WriterSendOverflow: rc = send_overflow(w); break;
+    case RC_ParkRecheck:
+    case RC_N_ACTIONS + RC_ParkRecheck: /* its tracepoint, then the side's look */
+        if ((rc = trace(s, RC_ParkRecheck, RC_NO_READER)) == RC_OK)
+            rc = look(s, &v);
+        break;
+    case RC_N_ACTIONS + RC_ReaderRecvOverflow: rc = recv_overflow(rd); break;
     case RC_N_ACTIONS + RC_ReaderLoadWritten: rc = reader_load_written(rd, &v); break;
     case RC_N_ACTIONS + RC_ReaderLoadReadFlag: rc = reader_load_read_flag(rd, &v); break;
     case RC_N_ACTIONS + RC_ReaderCopy: rc = reader_copy(rd, &data); break;

@@ -15,7 +15,9 @@
  *
  * Every access to the shared mapping goes through ringcast_fences.h's primitives, between
  * io->pin and io->unpin (the binding keeps the mapping open meanwhile; a closed ring is
- * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The core allocates nothing: the caller owns every struct and array below.
+ * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The payload is
+ * copied with plain memcpy (the data a race would tear). The core allocates nothing: the caller
+ * owns every struct and array below.
  *
  * Error handling: a function returns RC_OK (0) or a negative rc_status. An interface call that
  * fails returns RC_ERR_RAISED (the binding has an exception pending) and the core unwinds. An
@@ -247,22 +249,27 @@ int rc_writer_abort(rc_writer *w);
 int rc_writer_finish(rc_writer *w);
 
 /* One message: RC_OK with *marker 0 (io->copy_out kept it) or 1 (its overflow payload came
- * through io->recv_overflow). `deadline` (io->now seconds) bounds the overflow receive. */
+ * through io->recv_overflow). `deadline` is not read by the core: the binding's recv_overflow
+ * holds the overflow receive's deadline (kept in the signature for other interfaces). */
 int rc_reader_receive(rc_reader *r, double timeout, double deadline, int *marker);
 /* Zero-copy: wait, ReaderCopy's step point; *data is the chunk (max_chunk_bytes) */
 int rc_reader_acquire(rc_reader *r, double timeout, const uint8_t **data, size_t *len);
-/* ... then F8, ReaderCheckEvicted, ReaderAck, notify (also when the caller's block failed:
- * block_failed only skips nothing; evicted: RC_ERR_EVICTED, gone, no ack) */
+/* ... then F8, ReaderCheckEvicted, ReaderAck, notify, also when the caller's block failed
+ * (block_failed changes nothing; evicted: RC_ERR_EVICTED, the reader is gone, no ack) */
 int rc_reader_release(rc_reader *r, int block_failed);
 
-/* One step alone, for tests, tools and the planted variants' own orders: the action's step on
- * the side (arg: the reader of WriterClearReadFlag / WriterEvict, the parts of
- * WriterWritePayload through rc_step_payload). *out: a load's value, a look's truth, else 0. */
+/* One step alone, for tests and tools: the action's step on the side (arg: the reader of
+ * WriterClearReadFlag / WriterEvict; WriterWritePayload's parts go through rc_step_payload;
+ * WriterSendOverflow, ReaderRecvOverflow: the interface's I/O; ParkRecheck: its tracepoint and
+ * the side's look). *out: a load's value, a look's truth, else 0. */
 int rc_step(rc_side *s, rc_action action, int arg, long *out);
 int rc_step_payload(rc_writer *w, const rc_parts *parts, size_t *written);
 /* The writer's look (WriterClaim) and a reader's (ready: loads, F4), as the sequence takes them */
 int rc_writer_look(rc_writer *w, int *free_);
 int rc_reader_look(rc_reader *r, int *ready);
+/* Look until ready: one look, then the wait (spin, park): the writer's claim, a reader's wait */
+int rc_writer_claim(rc_writer *w, double timeout);
+int rc_reader_wait(rc_reader *r, double timeout);
 /* A side's notify of the other side (NotifyLoadWaiters [NotifyWake]) */
 int rc_notify(rc_side *s);
 /* The live readers that have not read the chunk at the writer's cursor (peeks, not steps):

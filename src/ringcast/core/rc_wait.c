@@ -27,7 +27,7 @@ rc_park_snapshot(const rc_side *s, uint32_t *seq, uint32_t *snap)
 }
 
 /* Spec: ParkAnnounce. waiters += 1: the seq_cst RMW, then the full fence F6W */
-int
+RC_FENCED int
 rc_park_announce(const rc_side *s, uint32_t *waiters)
 {
     if (trace(s, RC_ParkAnnounce, RC_NO_READER) != RC_OK)
@@ -63,7 +63,7 @@ rc_park_retire(const rc_side *s, uint32_t *waiters)
 }
 
 /* Spec: NotifyLoadWaiters. F6N, a full fence, then n := waiters */
-int
+RC_FENCED int
 rc_notify_load_waiters(const rc_side *s, uint32_t *waiters, uint32_t *n)
 {
     if (trace(s, RC_NotifyLoadWaiters, RC_NO_READER) != RC_OK)
@@ -120,13 +120,13 @@ rc_notify(rc_side *s)
 void
 rc_cancel_set(rc_cancel *c)
 {
-    __atomic_store_n(&c->requested, 1, __ATOMIC_SEQ_CST);
+    rc_store_u32(&c->requested, 1);
 }
 
 int
 rc_cancel_requested(const rc_cancel *c)
 {
-    return c != NULL && __atomic_load_n(&c->requested, __ATOMIC_SEQ_CST) != 0;
+    return c != NULL && rc_load_u32((uint32_t *)&c->requested) != 0;
 }
 
 /* Not a spec action and not traced: shutdown() may run on any thread. */
