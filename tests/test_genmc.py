@@ -164,6 +164,14 @@ MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
     ("ring.c", ("N_CHUNKS=1",) + R1, ("RINGCAST_TEST_DROP_F6W",), "Liveness violation"),
 ]
 
+# A planted bug of tests/stateful, as the core's test build has it (core/rc_planted.c): the
+# writer publishes before it clears the read flags (spec: OrderPublishBeforeClear): the late clear
+# erases the reader's ack and the message is delivered twice. (Under RC11 GenMC 0.10.3 stops on
+# this build with its "Attempt to access freed memory" fault, so the case is IMM's.)
+PLANTED: list[tuple[str, tuple[str, ...], str]] = [
+    ("ring.c", ("N_CHUNKS=1",) + R1 + ("RINGCAST_TEST_PLANTED", "H_PLANT_WRITER=RC_PLANT_REVERSED"), "Safety violation"),
+]
+
 # Fence switches no harness here shows necessary (each must still pass: the verdict is measured,
 # and docs/spec.md gives the reason)
 NOT_SHOWN: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
@@ -182,6 +190,7 @@ RC11_MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
 def cases() -> list[Case]:
     out = [Case(h, d, m, "ok") for h, d in SHIPPED for m in ("rc11", "imm")]
     out += [Case(h, d + sw, "imm", err, why="+".join(x.rsplit("_", 1)[1] for x in sw)) for h, d, sw, err in MUST_FAIL]
+    out += [Case(h, d, "imm", err, why="planted") for h, d, err in PLANTED]
     out += [Case(h, d + sw, "rc11", err, why="+".join(x.rsplit("_", 1)[1] for x in sw))
             for h, d, sw, err in RC11_MUST_FAIL]
     out += [Case(h, d + sw, m, "ok", why="not shown: " + "+".join(x.rsplit("_", 1)[1] for x in sw))

@@ -376,6 +376,9 @@ h_run(void)
 #ifdef DEAD_READER
     h_w.evict_dead = 1;
 #endif
+#ifdef H_PLANT_WRITER /* a planted bug of tests/stateful (-DRINGCAST_TEST_PLANTED: core/rc_planted.c) */
+    h_w.s.planted = H_PLANT_WRITER;
+#endif
     for (int r = 0; r < N_READERS; r++) {
         h_reader_ctx[r].side = r;
         h_reader_io[r] = h_writer_io;
