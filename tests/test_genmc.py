@@ -133,7 +133,7 @@ SHIPPED: list[tuple[str, tuple[str, ...]]] = [
     # Eviction (DEAD_READER=1 DEAD_AFTER=0, two readers) is not in the list: under RC11 GenMC
     # 0.10.3 stops with "Attempt to access freed memory" (its instruction cache; the run without
     # the cache does not finish in 100 s), under IMM it reports a liveness violation after 270
-    # executions (166 s) that is not analysed yet: docs/spec.md, "The C code under weak memory".
+    # executions (60-166 s) that is not analysed yet: docs/spec.md, "The C code under weak memory".
 ]
 
 # An abort injected at each step the writer takes in message 1 of 2 (the hook fails the step:

@@ -15,6 +15,8 @@
 # on the program under test) inserts for conditions such as `h == NULL || h(...) == 0 ? a : b` in
 # the ringcast core. The interpreter has no poison values, so freeze is the identity; the patch
 # executes it as such and carries the operand's dependencies (IMM tracks them).
+# A second (patch_rmw_wrap): its atomic add/sub does not wrap at the access's width (a 32-bit
+# `waiters += 0xFFFFFFFF` stores 4294967296); the patch masks the result to the access size.
 # GenMC compiles its own include folder's absolute path into the binary, so it is built in place
 # in $CACHE; the file $CACHE/.complete marks a finished build (a half-built folder is rebuilt).
 set -eu
@@ -28,7 +30,7 @@ JOBS=${RINGCAST_BUILD_JOBS:-2}
 
 log() { echo "build_genmc: $*" >&2; }
 
-STAMP="genmc $VERSION + patch_freeze 1"
+STAMP="genmc $VERSION + patch_freeze 1 + patch_rmw_wrap 1"
 built() { [ "$(cat "$CACHE/.complete" 2>/dev/null)" = "$STAMP" ] && [ -x "$CACHE/genmc" ] && "$CACHE/genmc" --version >/dev/null 2>&1; }
 if built; then
     echo "$CACHE/genmc"
@@ -112,11 +114,21 @@ void Interpreter::visitFreezeInst(FreezeInst &I)
 PATCH
 }
 
+# Atomic add/sub wrap at the access's width (see the top). Idempotent.
+patch_rmw_wrap() {
+    c=$1/src/Runtime/Execution.cpp
+    grep -q "ringcast: wrap" "$c" && return 0
+    sed -i 's|^\(\s*\)return (oldVal + val);|\1return rc_wrap(oldVal + val, size); /* ringcast: wrap */|; s|^\(\s*\)return (oldVal - val);|\1return rc_wrap(oldVal - val, size); /* ringcast: wrap */|' "$c"
+    sed -i 's|^SVal Interpreter::executeAtomicRMWOperation(|static SVal rc_wrap(SVal v, ASize size) /* ringcast: wrap */\n{\n\tauto b = size.getBits();\n\treturn b >= 64 ? v : SVal(v.get() \& ((1ULL << b) - 1));\n}\n\n&|' "$c"
+    [ "$(grep -c "ringcast: wrap" "$c")" = 3 ] || { log "patch_rmw_wrap: Execution.cpp not as expected"; exit 1; }
+}
+
 if [ -f "$CACHE/.complete" ] && [ -x "$CACHE/genmc" ]; then
     # an earlier build without the current patches: patch it and let make rebuild what changed
     log "updating the build in $CACHE to: $STAMP"
     start=$(date +%s)
     patch_freeze "$CACHE"
+    patch_rmw_wrap "$CACHE"
     (cd "$CACHE" && make -j"$JOBS" >>build.log 2>&1) || { log "rebuild failed: see $CACHE/build.log"; exit 1; }
     echo "$STAMP" >"$CACHE/.complete"
     log "rebuilt in $(( $(date +%s) - start )) s"
@@ -132,6 +144,7 @@ tar xzf "$ARCHIVE" -C "$SCRATCH"
 top=$(find "$SCRATCH" -mindepth 1 -maxdepth 1 -type d | head -n 1)
 mv "$top" "$CACHE"
 patch_freeze "$CACHE"
+patch_rmw_wrap "$CACHE"
 (
     cd "$CACHE"
     autoreconf --install >build.log 2>&1
