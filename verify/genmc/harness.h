@@ -293,7 +293,21 @@ h_await_writer(void)
 static void
 h_await_reader(int r)
 {
-#ifndef PARK
+#if defined(DEAD_READER) && !defined(PARK)
+    /* With eviction the writer has no pre-look and parks in the core, so an execution can hold
+     * the writer asleep in the futex model's loop while a reader's pre-look failed. GenMC 0.10.3
+     * runs its liveness check on such a blocked execution and ignores a thread blocked by an
+     * assume: a failed assume-look here would be reported as a writer blocked forever (it was:
+     * the reader's pre-look read a stale written = 0, or its own ack of the previous message).
+     * So the pre-look is a loop GenMC turns into a spin-assume (plain loads, no side effect):
+     * a reader blocked in it on stale values is not "reading maximal", and is no false verdict.
+     * It ends when the chunk looks ready, or when this reader is evicted (its flags are 1 for
+     * good: the core's wait then finds the eviction). */
+    const uint8_t *m = h_mapping + H_META(h_rd[r].s.index);
+    while (!(rc_load_u8(m) == 1 && rc_load_u8(m + 1 + r) == 0)
+           && rc_load_u8(h_mapping + H_STATE(r)) != RC_READER_EVICTED) {
+    }
+#elif !defined(PARK)
     int ready = 0, rc = rc_reader_look(&h_rd[r], &ready);
     __VERIFIER_assume(rc == RC_OK && ready);
 #else
