@@ -20,6 +20,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.shm` - creating/attaching shared memory segments; their pages reserved on use.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the cursors ``RingWriter``, ``RingReader``
   (built from a ring over the C steps of ``ringcast._protocol``).
+* :mod:`ringcast.pages` - a writer's ring pages, reserved as messages first need them
+  (``ShmSpaceError`` at claim time instead of a SIGBUS).
 * :mod:`ringcast.waiting` - the wait policy, counters and cancel request of the core's
   spin-then-park wait on an eventcount (no lost wake-ups).
 * :mod:`ringcast.arena` - the tensor arena beside the ring: large arrays/tensors in slots of a
