@@ -13,14 +13,16 @@ from ringcast import channel
 
 class Client:
     """A client of a writer's socket that is not one of its readers: an XSUB (or a SUB subscribed
-    to ``subscribe``), over TCP with or without the handle's credentials. Its ZMTP events are
-    monitored for its whole life (one monitor per socket)."""
+    to ``subscribe``, or a DEALER, the socket type the writer's TCP ROUTER talks to, which sends
+    ``b"\x01" + subscribe`` once connected), over TCP with or without the handle's credentials.
+    Its ZMTP events are monitored for its whole life (one monitor per socket)."""
 
     def __init__(self, addr: str, handle=None, kind=zmq.XSUB, subscribe: bytes | None = None) -> None:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(kind)
         self.sock.setsockopt(zmq.LINGER, 0)
-        if subscribe is not None:
+        self.subscribe = subscribe if kind == zmq.DEALER else None
+        if subscribe is not None and kind != zmq.DEALER:
             self.sock.setsockopt(zmq.SUBSCRIBE, subscribe)
         if handle is not None and addr.startswith("tcp://"):
             channel.credentials(self.sock, handle.topic, handle.remote_curve_keys)
@@ -38,6 +40,8 @@ class Client:
     def connect(self) -> bool:
         """Connect; True if the writer authenticated us (ZMTP handshake succeeded)."""
         self.sock.connect(self.addr)
+        if self.subscribe is not None:
+            self.sock.send(b"\x01" + self.subscribe, zmq.NOBLOCK)
         end = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
         return self.event(end) == zmq.EVENT_HANDSHAKE_SUCCEEDED
 

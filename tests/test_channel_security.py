@@ -48,11 +48,12 @@ def _wait_for(cond, what: str, limit: float = 10.0) -> None:
 
 
 def Stray(addr: str, topic: bytes, handle=None) -> Client:
-    """A same-user SUB subscribed to ``topic`` (not the handle's secret), whose ZMTP handshake has
-    ended before the function returns: ``refused`` False (connected, so its subscription is on
-    its way) or True (the writer's TCP socket refused to authenticate it). ``handle``: present
-    the handle's credentials, as a holder of the handle would (default: none, as a stranger)."""
-    c = Client(addr, handle=handle, kind=zmq.SUB, subscribe=topic)
+    """A same-user SUB subscribed to ``topic`` (not the handle's secret; over TCP a DEALER, the
+    writer's ROUTER takes no SUB, sending that subscription), whose ZMTP handshake has ended
+    before the function returns: ``refused`` False (connected, so its subscription is on its
+    way) or True (the writer's TCP socket refused to authenticate it). ``handle``: present the
+    handle's credentials, as a holder of the handle would (default: none, as a stranger)."""
+    c = Client(addr, handle=handle, kind=zmq.DEALER if addr.startswith("tcp://") else zmq.SUB, subscribe=topic)
     c.refused = not c.connect()
     return c
 

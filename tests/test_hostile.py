@@ -83,10 +83,12 @@ def test_a_holders_frames_cannot_cross_another_readers_subscription(insecure):
     """Even a peer holding the handle cannot make the writer subscribe another connection: the
     TCP socket applies each subscription to the connection it came on. The peer sends data
     frames and a subscription that matches no message (17 bytes, longer than the 16-byte topic
-    frame); the real reader still gets READY and every message, the peer none."""
+    frame); the real reader still gets READY and every message, the peer none. (The peer is a
+    DEALER, the socket type the writer's ROUTER talks to; every upstream message comes with the
+    connection it came on, and this peer is dropped for sending too many.)"""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
     h = w.export_handle()
-    peer, r = Client(h.remote_subscribe_addr, handle=h), None
+    peer, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER), None
     try:
         assert peer.connect()
         for _ in range(5):
@@ -112,9 +114,9 @@ def test_a_replayed_secret_does_not_stall_the_real_reader():
     raised 'belongs to another queue', or waited forever)."""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=True)
     h = w.export_handle()
-    thief, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.SUB), None
+    thief = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER, subscribe=remote.wire_topic(h.topic))
+    r = None  # the thief subscribes with the messages' topic frame
     try:
-        thief.sock.setsockopt(zmq.SUBSCRIBE, remote.wire_topic(h.topic))  # the messages' topic frame
         assert thief.connect()
         w.wait_until_ready(20)  # the thief's subscription completed the writer's handshake
         r = MessageQueue.create_from_handle(h, 0)
@@ -148,7 +150,7 @@ def test_an_oversized_upstream_frame_drops_its_sender():
     instead of being buffered by the writer (before: 4 x 256 MiB frames cost the writer 2.4 GB)."""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1")
     h = w.export_handle()
-    peer, r = Client(h.remote_subscribe_addr, handle=h), None
+    peer, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER), None
     try:
         assert peer.connect()
         peer.sock.send(b"x" * (channel.UPSTREAM_MAX + 1))

@@ -36,8 +36,9 @@ class _Creates:
 
 
 class Impostor:
-    """An XPUB on ``addr`` that accepts every client: a ZAP handler answering 200 to each request
-    (recording the credentials it was shown), PLAIN or CURVE server or neither (``mechanism``)."""
+    """A ROUTER (what a reader's DEALER talks to, as the writer's socket) on ``addr`` that accepts
+    every client: a ZAP handler answering 200 to each request (recording the credentials it was
+    shown), PLAIN or CURVE server or neither (``mechanism``)."""
 
     def __init__(self, addr: str, mechanism: str, evil: bytes) -> None:
         self.ctx = zmq.Context()
@@ -45,9 +46,8 @@ class Impostor:
         self.evil, self.stop = evil, threading.Event()
         self.zap = self.ctx.socket(zmq.REP)
         self.zap.bind("inproc://zeromq.zap.01")
-        self.sock = self.ctx.socket(zmq.XPUB)
+        self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         if mechanism == "plain":
             self.sock.setsockopt(zmq.PLAIN_SERVER, 1)
         elif mechanism == "curve":
@@ -68,10 +68,11 @@ class Impostor:
                 self.shown.extend(req[6:])  # PLAIN: user, password; CURVE: the client's public key
                 self.zap.send_multipart([b"1.0", req[1], b"200", b"OK", b"user", b""])
             if self.sock in ready:
-                sub = self.sock.recv_multipart()[0]
-                self.shown.append(sub)
+                peer, *frames = self.sock.recv_multipart()
+                self.shown.extend(frames)
+                sub = frames[0]
                 for topic in (sub[1:], sub[1:17]):
-                    self.sock.send_multipart([topic, self.evil])
+                    self.sock.send_multipart([peer, topic, self.evil])
 
     def close(self) -> None:
         self.stop.set()
@@ -155,8 +156,9 @@ def test_a_reconnection_by_libzmq_itself_is_not_trusted(tmp_path, monkeypatch):
     day; 0.2 s here) to whoever then holds the port is seen after the read it slipped into, and
     that message is dropped with the socket. Here the reader, already past its proof and
     subscribed to the topic, does not read while the writer closes and an impostor takes the
-    port, and libzmq reconnects it to the impostor (libzmq 4.3.5 does not subscribe again on such
-    a connection, so the impostor's messages do not reach it: the check is a second fence). The
+    port, and libzmq reconnects it to the impostor (the DEALER sends nothing again on such a
+    connection, so this impostor, which answers what it is sent, sends it nothing: the check is
+    a second fence). The
     second handshake is seen at the next read, the socket replaced, and the replacement's
     challenge unmasks the impostor; nothing of the impostor's is unpickled."""
     monkeypatch.setattr(remote, "LIBZMQ_RECONNECT_MS", 200)

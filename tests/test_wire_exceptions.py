@@ -88,10 +88,10 @@ def test_the_lost_payload_error_names_the_message(monkeypatch):
         r.close()
 
 
-@pytest.mark.parametrize("at", [0, 1], ids=["topic", "pickle"])
+@pytest.mark.parametrize("at", [0, 1, 2], ids=["routing-id", "topic", "pickle"])
 def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch, at):
     """Issue 37 point 5: the remote send after the publish. A KeyboardInterrupt at the ``at``-th
-    socket send of message 1 (its topic, its first frame: head and pickle) ends enqueue(1) with
+    socket send of message 1 (its routing id, topic, first frame: head and pickle) ends enqueue(1) with
     message 1 published to the local reader; the next enqueue sends the rest of it first, so
     the remote reader gets 0, 1, 2, 3 as the local one does. Before the fix the remote reader
     missed message 1 (``topic``) or got its frames run into message 2's."""
@@ -127,11 +127,11 @@ def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch,
             r.close()
 
 
-def test_an_interrupted_last_frame_send_is_refused_by_remote_readers_not_delivered(monkeypatch):
-    """The one window the resumed remote send leaves (framing.Pending.send): an exception inside
-    the socket send of a message's last frame, after the socket counted the message complete.
-    The resumed frame then follows a second topic; the remote reader refuses that torn message
-    with a PayloadError and gets every other message, in order."""
+def test_a_frame_sent_twice_is_refused_by_remote_readers_not_delivered(monkeypatch):
+    """The one window the resumed remote send leaves (framing.Pending.send,
+    fanout.PeerSocket.send): an exception after ZeroMQ took a frame and before the socket
+    counted it. The frame then goes out again; the remote reader refuses that torn message with
+    a PayloadError and gets every other message, in order."""
     np = pytest.importorskip("numpy")
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=True)
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
@@ -142,7 +142,8 @@ def test_an_interrupted_last_frame_send_is_refused_by_remote_readers_not_deliver
         def send(self, *a, **kw):
             if self is target:
                 calls.append(1)
-                if len(calls) == 3:  # message 0: topic, head + pickle, then its buffer (the last frame)
+                if len(calls) == 3:  # message 0: routing id, topic, head + pickle (taken, then the exception), buffer
+                    orig(self, *a, **kw)
                     raise KeyboardInterrupt
             return orig(self, *a, **kw)
 

@@ -39,6 +39,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.remote` - a remote reader's socket: it proves its server is the writer
   (remote_insecure: a challenge answered with keys derived from the handle's secret, which never
   goes on the wire) and stops reconnecting once the writer is gone.
+* :mod:`ringcast.fanout` - the writer's remote socket: a ROUTER that serves each admitted reader
+  connection and caps what one connection may send.
 * :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
 * :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
 * :mod:`ringcast.roles` - a queue's :class:`Role` and each side's observer (overflow sends and

@@ -24,11 +24,11 @@ writer, :func:`start_auth`): CurveZMQ by default (encrypted; the keys travel in 
 with ``remote_insecure=True``, ZMTP PLAIN with a password derived from the secret topic
 (cleartext: a sniffer can read it, and everything else; the secret itself never goes on the wire,
 and the writer proves itself to each reader connection: :mod:`ringcast.remote`, which is also
-the remote readers' socket). So every TCP peer holds the handle, and the TCP XPUB
-applies each subscription itself, to the connection it came on (not ``XPUB_MANUAL``): libzmq's
-manual mode pairs the subscription the application applies with a queue of connections that an
-upstream *data* frame does not enter, so one peer's frames could make the writer subscribe
-another peer's connection (a stranger took a remote reader's place that way before, issue 20).
+the remote readers' socket). So every TCP peer holds the handle. The TCP socket is a ROUTER,
+not an XPUB (:mod:`ringcast.fanout`): an XPUB keeps every distinct subscription a peer sends, in
+automatic and in manual mode alike, so a holder of the handle could grow the writer without
+bound (issue 35); a ROUTER names the connection of every upstream message (no pairing to get
+wrong, unlike ``XPUB_MANUAL``'s, issue 20), and the writer counts and caps them per connection.
 Inbound traffic is bounded: messages of at most UPSTREAM_MAX bytes (a subscription is 17 or 33),
 RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per message sent.
 """
@@ -47,7 +47,8 @@ import weakref
 import zmq
 
 from .errors import HandleError, ImpostorError
-from .remote import NONCE_BYTES, READY, RemoteSub, check_remote_security, credentials, is_ready, proof, start_auth, wire_topic
+from .fanout import READMIT_BATCH, READMIT_INTERVAL, PeerSocket, router
+from .remote import READY, RemoteSub, check_remote_security, credentials, is_ready, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
@@ -59,10 +60,8 @@ TOPIC_BYTES = 16  # the subscription secret: 128 random bits
 IPC_DIR_PREFIX = "ringcast-"  # ringcast-<writer pid>-<its start time>-<random>/overflow.sock
 IPC_SOCKET = "overflow.sock"
 _SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
-READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscriptions
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
-READMIT_BATCH = 16  # upstream messages the writer handles before one message it sends (bounded work)
 #: ZMQ_MAXMSGSIZE of the writer's sockets (a peer sending more is dropped). It bounds the ZMTP
 #: handshake's commands too (a CURVE INITIATE is ~300 bytes): 1 KiB, not the 33 bytes of the
 #: longest subscription a reader sends (a remote_insecure reader's challenge).
@@ -249,27 +248,21 @@ class TopicSocket:
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
 
     __slots__ = ("sock", "topic", "_strip", "_manual", "_more", "readmit", "ready_again", "after_ready", "_next_readmit",
-                 "_prover", "_tainted", "__weakref__")
+                 "_tainted", "__weakref__")
 
-    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False, prover: bytes | None = None) -> None:
+    def __init__(self, sock, topic: bytes, strip: bool, manual: bool = False) -> None:
         self.sock, self.topic, self._strip, self._manual = sock, topic, strip, manual
-        #: Writer's remote_insecure socket: the handle's secret, to answer readers' challenges
-        #: (ringcast.remote); ``topic`` is then its wire topic, not the secret.
-        self._prover = prover
         #: Local (manual) socket: a peer sent a data frame, which libzmq queues without its pipe,
         #: so from then on the pipe a subscription is applied to may be another peer's (admit).
         self._tainted = False
         self._more = False  # inside a multipart message being sent frame by frame
         #: Writer, after the READY handshake: before a message, at most every READMIT_INTERVAL,
-        #: admit subscriptions that came in since (a remote reader whose TCP connection dropped
-        #: subscribes again on reconnect; at most READMIT_BATCH per message, so a flood of
-        #: upstream messages costs each enqueue a bounded amount). Checking costs ~3 us, a clock
-        #: read ~0.05 us.
+        #: look at subscriptions that came in since (at most READMIT_BATCH per message, so a
+        #: flood of upstream messages costs each enqueue a bounded amount). Checking costs ~3 us,
+        #: a clock read ~0.05 us. The remote socket does the same (ringcast.fanout.PeerSocket).
         self.readmit = False
-        #: Writer (remote socket): send READY again after such an admission, so a reader whose
-        #: subscription arrived after the handshake completes its own (another holder of the
-        #: handle may have been counted in its place). Reader (remote socket): the writer does
-        #: so; messages may precede this reader's READY, and READYs follow it (both skipped).
+        #: The handshake's flag for the remote sockets (ringcast.fanout.PeerSocket,
+        #: ringcast.remote.RemoteSub): READY again for a reader admitted late. False here.
         self.ready_again = False
         #: Reader: its handshake is done; a later READY (for another reader) is skipped.
         self.after_ready = False
@@ -279,14 +272,10 @@ class TopicSocket:
         now = time.monotonic()
         if now >= self._next_readmit:
             self._next_readmit = now + READMIT_INTERVAL
-            admitted = False
             for _ in range(READMIT_BATCH):
                 if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     break
-                admitted |= self.admit(self.sock.recv_multipart()) is True
-            if admitted and self.ready_again:
-                self.sock.send(self.topic, _SNDMORE)
-                self.sock.send(READY)
+                self.admit(self.sock.recv_multipart())
 
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False):
         if not self._more:
@@ -319,11 +308,9 @@ class TopicSocket:
 
     def admit(self, msg: list) -> bool | None:
         """Writer: ``msg`` (from recv_multipart) is a subscription to exactly the secret topic:
-        say so, and on the manual (local) socket apply it to the pipe it came from. On the
-        remote_insecure socket a subscription to the topic and a reader's nonce is its challenge:
-        answer it with the proof (:mod:`ringcast.remote`) and return None (neither counted nor a
-        stray). Anything else (another topic, an unsubscription, a message) is ignored; on the
-        local socket that peer receives nothing."""
+        say so, and on the manual (local) socket apply it to the pipe it came from. Anything else
+        (another topic, an unsubscription, a message) is ignored; on the local socket that peer
+        receives nothing."""
         if self._manual and not all(f[:1] in (b"\x00", b"\x01") for f in msg):
             self._tainted = True  # only a stray sends data frames: readers' SUBs never do
         if len(msg) != 1:
@@ -340,38 +327,29 @@ class TopicSocket:
                     )
                 self.sock.setsockopt(zmq.SUBSCRIBE, t)
             return True
-        if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES and m[1:1 + len(t)] == t:
-            nonce = bytes(m[1 + len(t):])
-            self.sock.send(t + nonce, _SNDMORE)
-            self.sock.send(proof(self._prover, nonce))
-            return None
         return False
 
     def __getattr__(self, name):
         return getattr(self.sock, name)
 
 
-def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket:
-    """The writer's socket on ``addr``. A tcp:// one authenticates every peer through the ZAP
-    handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a password derived
-    from the topic; the messages' topic frame is derived too, and the socket answers readers'
-    challenges: :mod:`ringcast.remote`)."""
-    s = ctx.socket(zmq.XPUB)
-    if addr.startswith("tcp://"):
-        if curve_secret is not None:
-            s.setsockopt(zmq.CURVE_SERVER, 1)
-            s.setsockopt(zmq.CURVE_SECRETKEY, curve_secret)
-        else:
-            s.setsockopt(zmq.PLAIN_SERVER, 1)
-        s.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
-    manual = not addr.startswith("tcp://")
-    s.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription reaches the application (READY counts)
-    if manual:
+def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket | PeerSocket:
+    """The writer's socket on ``addr``. An ipc:// one is an XPUB in manual mode (:class:`TopicSocket`).
+    A tcp:// one is a ROUTER (:class:`~ringcast.fanout.PeerSocket`) that authenticates every peer
+    through the ZAP handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a
+    password derived from the topic; the messages' topic frame is derived too, and the socket
+    answers readers' challenges: :mod:`ringcast.remote`)."""
+    tcp = addr.startswith("tcp://")
+    if tcp:
+        s = router(ctx, curve_secret, UPSTREAM_HWM, UPSTREAM_MAX, HANDSHAKE_MS)
+    else:
+        s = ctx.socket(zmq.XPUB)
+        s.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription reaches the application (READY counts)
         s.setsockopt(zmq.XPUB_MANUAL, 1)  # subscriptions apply only when admit() says so
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, UPSTREAM_HWM)
-    s.setsockopt(zmq.MAXMSGSIZE, UPSTREAM_MAX)
-    s.setsockopt(zmq.LINGER, 5000)  # flush queued messages on close, but never hang forever
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, UPSTREAM_HWM)
+        s.setsockopt(zmq.MAXMSGSIZE, UPSTREAM_MAX)
+        s.setsockopt(zmq.LINGER, 5000)  # flush queued messages on close, but never hang forever
     if ipv6:
         s.setsockopt(zmq.IPV6, 1)
     try:
@@ -379,8 +357,10 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     except zmq.ZMQError:
         s.close(0)
         raise
-    insecure = addr.startswith("tcp://") and curve_secret is None
-    ts = TopicSocket(s, wire_topic(topic) if insecure else topic, strip=False, manual=manual, prover=topic if insecure else None)
+    if tcp:
+        insecure = curve_secret is None
+        return PeerSocket(s, wire_topic(topic) if insecure else topic, prover=topic if insecure else None)
+    ts = TopicSocket(s, topic, strip=False, manual=True)
     if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
         weakref.finalize(ts, remove_local, addr[len("ipc://"):])
     return ts

@@ -136,14 +136,14 @@ class Pending:
 
     def send(self, send) -> None:
         """Send the wire frames not sent yet with ``send(frame, flags, copy=True)`` (a
-        :class:`~ringcast.channel.TopicSocket`'s: it sends the topic before a message's first
-        frame). Each is counted as soon as ZeroMQ took it, so an exception leaves the rest to the
-        next call: the multipart message goes on where it stopped, never restarts or interleaves
-        with the next. This holds for an exception anywhere but inside the last frame's socket
-        send after the socket counted the message complete (it has sent the topic of a message
-        that is then the last frame alone): the resumed frame then goes out after a second
-        topic, and remote readers refuse that torn message (its head counts its frames, the
-        topic is no head) with a PayloadError and go on with the next."""
+        :class:`~ringcast.fanout.PeerSocket`'s: it sends the topic and the frames to each remote
+        reader once it has the last frame). Each is counted as soon as the socket took it, so an
+        exception leaves the rest to the next call: the multipart message goes on where it
+        stopped, never restarts or interleaves with the next (the socket finishes a message cut
+        short when it is handed the same last frame again). This holds for an exception anywhere
+        but between ZeroMQ taking a frame and the count: that frame then goes out twice, and
+        remote readers refuse that torn message (its head counts its frames) with a PayloadError
+        and go on with the next."""
         wire = self.wire
         last = len(wire) - 1
         while self.sent <= last:

@@ -164,9 +164,9 @@ def writer_handshake(channels, recv) -> None:
 
 
 def reader_handshake(sock, recv) -> None:
-    """Wait for the writer's READY. On the remote channel the writer applies a subscription as it
-    arrives but sees it (and sends READY for it) only before its next message, so messages may
-    come first: they were sent before this reader was admitted and are skipped."""
+    """Wait for the writer's READY. On the remote channel the writer sends a connection nothing
+    before it admits it and sends it READY (:mod:`ringcast.fanout`); a message before READY
+    there would be one sent before this reader was admitted, and is skipped."""
     skipped = 0
     while True:
         what = f"waiting for the writer's READY ({skipped} earlier message(s) skipped)" if skipped else "waiting for the writer's READY"

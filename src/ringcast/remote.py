@@ -10,7 +10,7 @@ proof key.
 
 Each connection proves its server before the reader accepts a message from it:
 
-* a reader's SUB socket is used for one TCP connection only: it does not reconnect by itself
+* a reader's socket is used for one TCP connection only: it does not reconnect by itself
   (``ZMQ_RECONNECT_IVL`` of a day, not -1: with -1 libzmq 4.3.5 drops the messages still queued
   from a closed connection and aborts the process, ``!_more`` in fq.cpp, when that happens
   between two frames of a message). A second connection could only come a day after the first
@@ -18,12 +18,14 @@ Each connection proves its server before the reader accepts a message from it:
   events that saw it connected makes the reader look again, and a second completed ZMTP
   handshake drops the message with the socket (a handshake event is posted before any message of
   its connection, so a look after the read cannot miss it);
-* it first subscribes to ``wire topic + nonce`` only (a fresh random nonce per socket); the
-  writer answers that subscription with ``[wire topic + nonce, HMAC(proof key, nonce)]``
-  (:meth:`ringcast.channel.TopicSocket.admit`). Only after a correct proof does the reader
-  subscribe to the wire topic itself, so no other message can precede the proof on this
-  connection; any other message before it (the only ones its subscription lets through start
-  with ``wire topic + nonce``) raises :class:`ImpostorError` and is never unpickled;
+* it is a DEALER talking to the writer's ROUTER (:mod:`ringcast.fanout`), which sends a
+  connection nothing but answers until it is admitted. It first sends the challenge
+  ``b"\x01" + wire topic + nonce`` (a fresh random nonce per socket); the writer answers it, to
+  this connection only, with ``[wire topic + nonce, HMAC(proof key, nonce)]``
+  (:meth:`ringcast.fanout.PeerSocket.admit`). Only after a correct proof does the reader send
+  its subscription ``b"\x01" + wire topic`` (with CURVE it sends that at once), which admits
+  it, so the writer sends no other message before the proof on this connection; any other
+  message before it raises :class:`ImpostorError` and is never unpickled;
 * when the connection ends (the writer closed or died, the network dropped it) the reader drains
   what it delivered and opens a new socket (a new nonce, a new proof), every RECONNECT_IVL
   seconds; after RECONNECT_WINDOW seconds without a connection (a completed ZMTP handshake) it
@@ -103,9 +105,9 @@ def credentials(sock, topic: bytes, curve_keys) -> None:
 
 
 class RemoteSub:
-    """A remote reader's socket (module docstring): a SUB of one connection at a time, replaced
+    """A remote reader's socket (module docstring): a DEALER of one connection at a time, replaced
     when it ends; ``recv_multipart`` strips the topic frame and returns None for what the reader
-    skips (another reader's proof, its own, a READY after its handshake). The reader's handshake
+    skips (its proof, a READY after its handshake). The reader's handshake
     state (``ready_again``, ``after_ready``) is :class:`ringcast.channel.TopicSocket`'s."""
 
     def __init__(self, ctx, addr: str, secret: bytes, ipv6: bool = False, curve_keys=None) -> None:
@@ -120,7 +122,7 @@ class RemoteSub:
         self._open()
 
     def _open(self) -> None:
-        s = self.ctx.socket(zmq.SUB)
+        s = self.ctx.socket(zmq.DEALER)
         try:
             credentials(s, self._secret, self.curve_keys)
             s.setsockopt(zmq.RECONNECT_IVL, LIBZMQ_RECONNECT_MS)  # one connection per socket: module docstring
@@ -134,7 +136,6 @@ class RemoteSub:
             raise
         self._nonce = secrets.token_bytes(NONCE_BYTES) if self.curve_keys is None else b""
         self._proven = self.curve_keys is not None  # CURVE: the handshake proved the server
-        s.setsockopt(zmq.SUBSCRIBE, self.topic + self._nonce)
         self.sock, self.mon, self._dead, self._handshakes = s, mon, False, 0
         self._safe_until = time.monotonic() + LIBZMQ_RECONNECT_MS / 2000
         try:
@@ -142,6 +143,7 @@ class RemoteSub:
         except zmq.ZMQError as e:
             self._close_current()
             raise HandleError(f"cannot connect to the handle's address {self.addr!r}: {e}") from e
+        s.send(b"\x01" + self.topic + self._nonce, zmq.NOBLOCK)  # queued for the connection (connect made its pipe)
 
     def _close_current(self) -> None:
         self.sock.disable_monitor()
@@ -207,11 +209,11 @@ class RemoteSub:
                 return None
             return frames
         if self._proven:
-            return None  # another reader's proof: it starts with the topic
+            return None  # no message of this queue (the writer sends none such): skipped
         if (head == self.topic + self._nonce and len(frames) == 2
                 and hmac.compare_digest(bytes(frames[1]), proof(self._secret, self._nonce))):
             self._proven = True
-            self.sock.setsockopt(zmq.SUBSCRIBE, self.topic)
+            self.sock.send(b"\x01" + self.topic, zmq.NOBLOCK)
             return None
         raise ImpostorError(
             f"the server at {self.addr} sent a {len(frames)}-frame message before proving that it is the queue's "
