@@ -47,13 +47,13 @@ import weakref
 import zmq
 
 from .errors import HandleError, ImpostorError
-from .fanout import READMIT_BATCH, READMIT_INTERVAL, PeerSocket, router
+from .fanout import READMIT_BATCH, READMIT_INTERVAL, PeerSocket, Readmitting, router
 from .remote import READY, RemoteSub, check_remote_security, credentials, is_ready, start_auth, wire_topic
 from .shm import process_alive, process_start_time
 
 __all__ = [
     "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "check_remote_security", "credentials", "READY", "is_ready", "local_address", "remove_local", "default_ip",
-    "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all",
+    "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all", "READMIT_BATCH", "READMIT_INTERVAL",
 ]
 
 TOPIC_BYTES = 16  # the subscription secret: 128 random bits
@@ -242,7 +242,7 @@ def remove_local(path: str | None) -> None:
             return
 
 
-class TopicSocket:
+class TopicSocket(Readmitting):
     """A queue's ZeroMQ socket and its secret topic. On the writer's XPUB, ``send``/``send_multipart``
     put the topic first and :meth:`admit` applies a subscription that presents it; on a reader's
     SUB, ``recv_multipart`` strips it. Anything else goes to the socket."""
@@ -267,15 +267,6 @@ class TopicSocket:
         #: Reader: its handshake is done; a later READY (for another reader) is skipped.
         self.after_ready = False
         self._next_readmit = 0.0
-
-    def _readmit(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_readmit:
-            self._next_readmit = now + READMIT_INTERVAL
-            for _ in range(READMIT_BATCH):
-                if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    break
-                self.admit(self.sock.recv_multipart())
 
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False):
         if not self._more:

@@ -33,7 +33,7 @@ import zmq
 
 from .remote import NONCE_BYTES, READY, proof
 
-__all__ = ["PeerSocket", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
+__all__ = ["PeerSocket", "Readmitting", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
 
 logger = logging.getLogger("ringcast")
 
@@ -44,6 +44,24 @@ PEERS_TRACKED = 4096  # counters kept for connections not admitted (oldest forgo
 _SNDMORE = int(zmq.SNDMORE)
 
 
+class Readmitting:
+    """A writer socket's check for late subscriptions (with ``sock``, ``admit``,
+    ``recv_multipart`` and ``_next_readmit``): before a message, at most every READMIT_INTERVAL,
+    admit at most READMIT_BATCH waiting upstream messages, so a flood of them costs each message
+    sent a bounded amount."""
+
+    __slots__ = ()
+
+    def _readmit(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_readmit:
+            self._next_readmit = now + READMIT_INTERVAL
+            for _ in range(READMIT_BATCH):
+                if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    break
+                self.admit(self.recv_multipart())
+
+
 class Upstream(list):
     """An upstream message's frames (routing id stripped), with ``peer``: the routing id of the
     connection it came on, or None for a dropped connection's."""
@@ -51,7 +69,7 @@ class Upstream(list):
     __slots__ = ("peer",)
 
 
-class PeerSocket:
+class PeerSocket(Readmitting):
     """The writer's ROUTER with its topic (module docstring). ``send``/``send_multipart`` send a
     message to every admitted connection; ``recv_multipart`` returns :class:`Upstream` messages,
     which :meth:`admit` acts on. Anything else goes to the socket."""
@@ -127,15 +145,6 @@ class PeerSocket:
             self._flush()
         self._fan = [list(frames), [peer], 0, 0, False]
         self._flush()
-
-    def _readmit(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_readmit:
-            self._next_readmit = now + READMIT_INTERVAL
-            for _ in range(READMIT_BATCH):
-                if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    break
-                self.admit(self.recv_multipart())
 
     # -- downstream -----------------------------------------------------------------------------
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False) -> None:
