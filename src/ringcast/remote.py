@@ -43,15 +43,17 @@ import hashlib
 import hmac
 import logging
 import secrets
+import threading
 import time
 
 import zmq
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from .errors import DeadWriterError, HandleError, ImpostorError
 
 __all__ = ["RemoteSub", "READY", "is_ready", "derive", "wire_topic", "plain_password", "proof", "credentials",
-           "start_auth", "check_remote_security", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
+           "start_auth", "ZapHandler", "check_remote_security", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
 
 logger = logging.getLogger("ringcast")
 
@@ -257,38 +259,86 @@ def check_remote_security(insecure: bool) -> None:
         )
 
 
-class _ZapLog(logging.LoggerAdapter):
-    """The ZAP handler's logger: pyzmq logs a PLAIN client's password at DEBUG (the credential
-    that admits a reader); the part from ``password`` on is replaced, its arguments dropped."""
+class ZapHandler:
+    """The writer's ZAP handler (ZeroMQ RFC 27): a thread that answers libzmq's authentication
+    request for each connection to the TCP socket with ``check(mechanism, credentials)``. It
+    does no more Python work per request than that comparison and the reply (pyzmq's
+    ThreadAuthenticator parses, logs and looks up more: issue 35 point 3,
+    tools/bench_subscriptions.py --refused), and it logs no credential: at DEBUG, ``ALLOWED`` or ``DENIED``,
+    the mechanism and the client's address. ``stop()`` at close; ``thread`` is the thread."""
 
-    def log(self, level, msg, *args, **kwargs):
-        at = str(msg).find("password")
-        if at >= 0:
-            msg = str(msg)[:at]
-            args = args[:msg.count("%")]
-            msg += "password=<not logged>"
-        super().log(level, msg, *args, **kwargs)
+    def __init__(self, ctx, check) -> None:
+        self._check = check
+        self._zap = ctx.socket(zmq.REP)
+        self._stop_rx, self._stop_tx = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+        try:
+            for s in (self._zap, self._stop_rx, self._stop_tx):
+                s.setsockopt(zmq.LINGER, 0)
+            self._zap.bind("inproc://zeromq.zap.01")
+            stop_addr = f"inproc://ringcast-zap-stop-{id(self):x}"
+            self._stop_rx.bind(stop_addr)
+            self._stop_tx.connect(stop_addr)
+        except BaseException:
+            for s in (self._zap, self._stop_rx, self._stop_tx):
+                s.close(0)
+            raise
+        self.thread = threading.Thread(target=self._run, name="ringcast-zap", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        zap, stop = self._zap, self._stop_rx
+        poller = zmq.Poller()
+        poller.register(zap, zmq.POLLIN)
+        poller.register(stop, zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if stop in ready:
+                    return
+                req = zap.recv_multipart()
+                if len(req) < 2:  # not a ZAP request: libzmq never sends one; answer what REP must
+                    zap.send_multipart([b"1.0", b"", b"500", b"bad request", b"", b""])
+                    continue
+                ok = len(req) >= 6 and req[0] == b"1.0" and self._check(req[5], req[6:])
+                zap.send_multipart([b"1.0", req[1], b"200" if ok else b"400", b"OK" if ok else b"refused",
+                                    PLAIN_USER.encode() if ok else b"", b""])
+                if _zap_log.isEnabledFor(logging.DEBUG):
+                    padded = req + [b"?"] * 6
+                    _zap_log.debug("ZAP %s (%s) from %s", "ALLOWED" if ok else "DENIED", padded[5].decode("ascii", "replace"),
+                                   padded[3].decode("ascii", "replace"))
+        finally:
+            zap.close(0)
+            stop.close(0)
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self._stop_tx.send(b"")
+            self.thread.join()
+        self._stop_tx.close(0)
+
+
+_zap_log = logging.getLogger("ringcast.zap")
 
 
 def start_auth(ctx, topic: bytes, curve: bool):
-    """The ZAP handler of the writer's TCP socket: it admits only holders of the handle. With
-    ``curve``: fresh CurveZMQ keys, and only the client key that travels in the handle; else
-    ZMTP PLAIN with the handle's topic as the password (authenticated, not encrypted). Returns
-    ``(authenticator, server secret key or None, (server public, client public, client secret)
-    or None)``; stop the authenticator at close."""
-    from zmq.auth.thread import ThreadAuthenticator
-
-    auth = ThreadAuthenticator(ctx, log=_ZapLog(logging.getLogger("ringcast.zap"), None))
-    auth.start()
+    """The ZAP handler of the writer's TCP socket (:class:`ZapHandler`): it admits only holders
+    of the handle. With ``curve``: fresh CurveZMQ keys, and only the client key that travels in
+    the handle; else ZMTP PLAIN with a password derived from the handle's topic (authenticated,
+    not encrypted). Returns ``(handler, server secret key or None, (server public, client public,
+    client secret) or None)``; stop the handler at close."""
     if not curve:
-        auth.configure_plain(domain="*", passwords={PLAIN_USER: plain_password(topic)})
-        return auth, None, None
+        user, password = PLAIN_USER.encode(), plain_password(topic).encode()
+
+        def check(mechanism, cred):
+            return (mechanism == b"PLAIN" and len(cred) == 2 and cred[0] == user
+                    and hmac.compare_digest(cred[1], password))
+
+        return ZapHandler(ctx, check), None, None
     server_public, server_secret = zmq.curve_keypair()
     client_public, client_secret = zmq.curve_keypair()
+    client_key = z85.decode(client_public)
 
-    class _OnlyHandleHolders:
-        def callback(self, domain, key):
-            return key == client_public
+    def check(mechanism, cred):
+        return mechanism == b"CURVE" and len(cred) == 1 and hmac.compare_digest(cred[0], client_key)
 
-    auth.configure_curve_callback(domain="*", credentials_provider=_OnlyHandleHolders())
-    return auth, server_secret, (server_public, client_public, client_secret)
+    return ZapHandler(ctx, check), server_secret, (server_public, client_public, client_secret)
