@@ -191,3 +191,42 @@ def test_an_exception_between_the_arena_placement_and_the_publish_gives_the_slot
     finally:
         w.close()
         r.close()
+
+
+def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monkeypatch):
+    """The remote socket sends a message to each remote reader in turn (fanout.PeerSocket), long
+    frames shared between them. A KeyboardInterrupt at the 6th socket send of message 1 (the
+    second reader's topic: each reader gets routing id, topic, head + pickle, buffer) leaves the
+    first reader served and the others owed; the next enqueue finishes message 1 for them first.
+    Every reader gets 0, 1, 2, 3 with their bytes."""
+    np = pytest.importorskip("numpy")
+    w = MessageQueue(4, 1, max_chunk_bytes=1 << 20, max_chunks=8, connect_ip="127.0.0.1")
+    rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(4)]
+    try:
+        _ready(w, rs)
+        target = w.remote_socket.sock
+        w.enqueue((0, b"a" * 20_000, np.zeros(10)), timeout=_T)
+        orig, calls = zmq.Socket.send, []
+
+        def send(self, *a, **kw):
+            if self is target:
+                calls.append(1)
+                if len(calls) == 6:
+                    raise KeyboardInterrupt
+            return orig(self, *a, **kw)
+
+        monkeypatch.setattr(zmq.Socket, "send", send)
+        with pytest.raises(KeyboardInterrupt):
+            w.enqueue((1, b"b" * 20_000, np.ones(40_000)), timeout=_T)
+        monkeypatch.undo()
+        for k in (2, 3):
+            w.enqueue((k, bytes([k]) * 20_000, np.full(10, k)), timeout=_T)
+        for r in rs:
+            got = [r.dequeue(timeout=_T) for _ in range(4)]
+            assert [g[0] for g in got] == [0, 1, 2, 3]
+            assert got[1][1] == b"b" * 20_000 and (got[1][2] == 1).all() and got[1][2].shape == (40_000,)
+            assert got[3][1] == b"\x03" * 20_000
+    finally:
+        w.close()
+        for r in rs:
+            r.close()

@@ -41,6 +41,9 @@ READMIT_INTERVAL = 0.05  # seconds between the writer's checks for late subscrip
 READMIT_BATCH = 16  # upstream messages the writer handles before one message it sends (bounded work)
 PEER_MESSAGES_MAX = 4  # upstream messages one connection may send: a reader sends 1 (CURVE) or 2 (PLAIN)
 PEERS_TRACKED = 4096  # counters kept for connections not admitted (oldest forgotten first)
+#: A frame at least this long going to several connections is copied once into a zmq.Frame that
+#: each send shares (ZeroMQ counts its references) rather than copied once per connection.
+SHARE_MIN = 8192
 _SNDMORE = int(zmq.SNDMORE)
 
 
@@ -83,7 +86,7 @@ class PeerSocket(Readmitting):
         self._others: dict[bytes, int] = {}  # the rest (dropped ones too), oldest first
         self._out: list = []  # frames of the message being sent: a message goes to each peer whole
         #: The message going out (or cut short by an exception): [frames after the routing id,
-        #: peers, next peer, its next frame, whether the caller will hand its last frame again].
+        #: peers, next peer, its next frame, the caller's last frame (None: nothing to resume)].
         self._fan: list | None = None
         self.readmit = False  # as TopicSocket's: admit late subscriptions before a message
         self.ready_again = False  # after the handshake: send READY to a connection admitted late
@@ -143,7 +146,7 @@ class PeerSocket(Readmitting):
         """One whole message to ``peer`` (an exception leaves the rest to the next send)."""
         if self._fan is not None:  # an exception cut the last one short (in the handshake)
             self._flush()
-        self._fan = [list(frames), [peer], 0, 0, False]
+        self._fan = [list(frames), [peer], 0, 0, None]
         self._flush()
 
     # -- downstream -----------------------------------------------------------------------------
@@ -156,7 +159,7 @@ class PeerSocket(Readmitting):
         fan = self._fan
         if fan is not None:
             self._flush()
-            if fan[4] and data is fan[0][-1]:
+            if data is fan[4]:
                 return
         if not self._out and self.readmit:
             self._readmit()
@@ -164,7 +167,9 @@ class PeerSocket(Readmitting):
         if int(flags) & _SNDMORE:
             return
         frames, self._out = [self.topic, *self._out], []
-        self._fan = [frames, list(self._served), 0, 0, True]
+        if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer
+            frames = [zmq.Frame(f, copy=True) if type(f) is bytes and len(f) >= SHARE_MIN else f for f in frames]
+        self._fan = [frames, list(self._served), 0, 0, data]
         self._flush()
 
     def send_multipart(self, frames, copy: bool = True) -> None:
