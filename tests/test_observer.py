@@ -164,31 +164,30 @@ def test_a_queue_collected_in_the_authenticators_thread_is_released():
     """The garbage collector can run a queue's finalizer in the ZAP thread (its handler
     allocates): stopping the authenticator there must not join the current thread, and the
     context must still be terminated."""
-    from ringcast import channel
     from ringcast.lifetime import release_on_collect
+    from ringcast.remote import ZapHandler
 
     class Owner:  # stands for the queue
         pass
 
     ctx = zmq.Context()
-    auth, secret, keys = channel.start_auth(ctx, b"topic", curve=True)
-    server_public, client_public, client_secret = keys
+    server_public, secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    holder = [Owner()]
+    released_in = []
+
+    def drop_on_handshake(mechanism, credentials):  # the writer's check, dropping the queue's last reference
+        released_in.append(threading.current_thread())
+        holder.clear()  # the finalizer runs here, in the ZAP thread
+        return mechanism == b"CURVE"
+
+    auth = ZapHandler(ctx, drop_on_handshake)
     server = ctx.socket(zmq.ROUTER)
     server.curve_server = True
     server.curve_secretkey = secret
     port = server.bind_to_random_port("tcp://127.0.0.1")
-    holder = [Owner()]
     release_on_collect(holder[0], ctx, [server], auth, None, [])
     zap_thread = auth.thread
-    released_in = []
-
-    class DropOnHandshake:
-        def callback(self, domain, key):
-            released_in.append(threading.current_thread())
-            holder.clear()  # the last reference: the finalizer runs here, in the ZAP thread
-            return key == client_public
-
-    auth.configure_curve_callback(domain="*", credentials_provider=DropOnHandshake())
     cctx = zmq.Context()
     client = cctx.socket(zmq.DEALER)
     client.curve_serverkey, client.curve_publickey, client.curve_secretkey = server_public, client_public, client_secret
