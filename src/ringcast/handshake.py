@@ -3,8 +3,9 @@ the READY handshake.
 
 The handshake: the writer waits until every reader has subscribed to its sockets with the
 handle's secret topic (it sees each subscription and counts only those presenting the secret,
-:meth:`ringcast.channel.TopicSocket.admit`; the local socket applies only those, the TCP socket
-admits only holders of the handle at all), then sends ``READY`` on each; every reader waits for
+:meth:`ringcast.channel.TopicSocket.admit`, :meth:`ringcast.fanout.PeerSocket.admit`; the local
+socket applies only those, the TCP socket admits only holders of the handle at all, once per
+connection), then sends ``READY`` on each; every reader waits for
 ``READY``. A subscriber without the secret is not counted and receives nothing, so it can neither
 complete the handshake nor displace a real reader; a remote reader admitted after the handshake
 gets a READY of its own (and skips what came before it). Local readers
@@ -144,7 +145,7 @@ def reader_role(handle: Handle, rank: int) -> int | None:
 
 def writer_handshake(channels, recv) -> None:
     """``channels``: ``(n_readers, socket, kind)`` per socket (a writer's
-    :class:`~ringcast.channel.TopicSocket`); ``recv(sock, what)`` receives one multipart message
+    :class:`~ringcast.channel.TopicSocket` or :class:`~ringcast.fanout.PeerSocket`); ``recv(sock, what)`` receives one multipart message
     (honouring the caller's deadline and shutdown). Counts only subscriptions presenting the
     secret topic; the others are ignored (and named in the wait's description)."""
     for n, sock, kind in channels:

@@ -109,13 +109,13 @@ def credentials(sock, topic: bytes, curve_keys) -> None:
 class RemoteSub:
     """A remote reader's socket (module docstring): a DEALER of one connection at a time, replaced
     when it ends; ``recv_multipart`` strips the topic frame and returns None for what the reader
-    skips (its proof, a READY after its handshake). The reader's handshake
-    state (``ready_again``, ``after_ready``) is :class:`ringcast.channel.TopicSocket`'s."""
+    skips (its proof, a READY after its handshake). Its handshake state (``ready_again``,
+    ``after_ready``) reads as :class:`ringcast.channel.TopicSocket`'s."""
 
     def __init__(self, ctx, addr: str, secret: bytes, ipv6: bool = False, curve_keys=None) -> None:
         self.ctx, self.addr, self.ipv6, self.curve_keys, self._secret = ctx, addr, ipv6, curve_keys, secret
         self.topic = secret if curve_keys is not None else wire_topic(secret)
-        self.ready_again = True  # the writer sends READY again for a reader admitted late (channel.TopicSocket)
+        self.ready_again = True  # the writer sends READY to a reader admitted late (fanout.PeerSocket)
         self.after_ready = False
         self.sock = self.mon = None
         self._linger = 0
