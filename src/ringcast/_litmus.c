@@ -103,7 +103,7 @@ static const char DROPPED[] = RC_DROPPED_IN_HEADER
 #endif
     "";
 
-/* A ring fence point (a call of ringcast.atomics.fence(), i.e. rc_fence()); in the control of
+/* A ring fence point (rc_fence(), as the core's RC_Fk() calls it); in the control of
  * that point (or where a test-only switch dropped it) a compiler-only barrier. */
 RC_INLINE void
 at_point(int point, int ctl)
