@@ -150,4 +150,29 @@ def test_harness_remote_flood_with_three_readers(tmp_path):
     assert set(res["summary"]) == {"sched256/3r/remote", "blob64k/3r/remote"} and res["mode"] == "flood"
     for st in res["summary"].values():
         assert set(st["impls"]) == set(REMOTE)
-        assert set(st["ratios"]) == {"remote/vllm-remote", "remote-insecure/vllm-remote"}
+        assert set(st["ratios"]) == {f"{i}/vllm-remote{a}" for i in ("remote", "remote-insecure") for a in ("", " all")}
+
+
+def test_warm_up_laps_are_per_family():
+    """A remote case's untimed lap goes to the remote groups only, and a payload of both families
+    gets one lap in each (the local rings and the remote sockets are different queues)."""
+    from ringcast.bench.runner import _warm_payload
+
+    class Group:
+        writer = None
+
+        def __init__(self):
+            self.laps = []
+
+        def pause(self, stopped):
+            pass
+
+        def batch(self, case, payload):
+            self.laps.append(case.payload)
+
+    groups = {"ringcast": Group(), "remote": Group(), "vllm-remote": Group()}
+    warmed, errors = set(), []
+    for case in (Case("dict1m", 1, "hot", 60, family="remote"), Case("dict1m", 1, "flood", 60, family="remote"), Case("dict1m", 1, "hot", 60)):
+        _warm_payload(groups, case, b"x", {}, warmed, errors, [x for x in groups if family_of(x) == case.family])
+    assert [groups[x].laps for x in groups] == [["dict1m"], ["dict1m"], ["dict1m"]] and not errors
+    assert warmed == {("remote", "dict1m"), ("local", "dict1m")}

@@ -320,7 +320,8 @@ _KEYS = ("p50_us", "all_p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", 
 def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
     over the floor (or floor-arena), of those medians; in the remote and overflow families each
-    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"``."""
+    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"`` (one-way) and
+    ``"<impl>/<peer> all"`` (until the last reader had it)."""
     out: dict = {}
     for case, per in raw.items():
         s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
@@ -335,6 +336,7 @@ def summarize(raw: dict) -> dict:
         for impl in s:
             if impl in FAMILY and PEER.get(impl) in s:
                 ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
+                ratios[f"{impl}/{PEER[impl]} all"] = s[impl]["all_p50_us"] / s[PEER[impl]]["all_p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
@@ -352,6 +354,8 @@ def table(result: dict) -> str:
                 r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
             ra = f"{rat['rc/vllm all']:.2f}" if "rc/vllm all" in rat else ""
+            if impl in FAMILY and f"{impl}/{PEER.get(impl)} all" in st["ratios"]:
+                ra = f"{st['ratios'][f'{impl}/{PEER[impl]} all']:.2f}"
             lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['all_p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} "
                          f"| {v['reader_faults_mean']:.1f} | {r1} | {ra} | {r2} |")
     return "\n".join(lines)

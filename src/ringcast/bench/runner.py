@@ -99,8 +99,8 @@ def _fits(g: "_Group", case: Case, payload, sizes: dict) -> bool:
 WARM_LAP = 12  # untimed messages of a case's payload before its rounds: more than a ring's chunks (10)
 
 
-def _warm_payload(groups: dict, names: list, case: Case, payload, sizes: dict, warmed: set, errors: list) -> None:
-    """Before the first timed round of a payload, every group of ``names`` (the case's family)
+def _warm_payload(groups: dict, case: Case, payload, sizes: dict, warmed: set, errors: list, names: list | None = None) -> None:
+    """Before the first timed round of a payload, every group (of ``names``: the case's family)
     sends it ``WARM_LAP`` times, untimed:
     each ring chunk (or arena slot) has then held one, so the rounds measure the steady state,
     not the first touch of the shared memory (page faults; ringcast's memory on use reserves each
@@ -110,7 +110,7 @@ def _warm_payload(groups: dict, names: list, case: Case, payload, sizes: dict, w
         return
     warmed.add((case.family, case.payload))
     lap = Case(case.payload, case.readers, "hot", WARM_LAP)
-    for name in names:
+    for name in list(groups) if names is None else names:
         g = groups.get(name)
         if g is not None and _fits(g, case, payload, sizes):
             _run_only(groups, g)
@@ -414,7 +414,7 @@ def run_bench(
                 mine = [x for x in groups if family_of(x) == case.family]
                 baselines = case.mode == "hot" and case.family == "local"
                 say(f"{case.name}: {rounds} round(s) x {', '.join(mine)}" + (" + pickle, memcpy" if baselines else ""))
-                _warm_payload(groups, mine, case, payload, sizes, warmed, errors)
+                _warm_payload(groups, case, payload, sizes, warmed, errors, mine)
                 for r in range(rounds):
                     order = mine if r % 2 == 0 else mine[::-1]
                     if baselines:
