@@ -176,3 +176,10 @@ def test_warm_up_laps_are_per_family():
         _warm_payload(groups, case, b"x", {}, warmed, errors, [x for x in groups if family_of(x) == case.family])
     assert [groups[x].laps for x in groups] == [["dict1m"], ["dict1m"], ["dict1m"]] and not errors
     assert warmed == {("remote", "dict1m"), ("local", "dict1m")}
+
+
+def test_bench_list_names_the_remote_cases_and_implementations(tmp_path, capsys):
+    assert main(["bench", "--list", "--vllm-loader", _loader(tmp_path, "fake_vllm_loader_r4")]) == 0
+    out = capsys.readouterr().out
+    assert all(i in out.splitlines()[0] for i in REMOTE)
+    assert "hot/blob16m/3r/remote" in out and "flood/sched256/1r/remote" in out and "3 remote reader(s)" in out
