@@ -13,11 +13,12 @@ and checks, from the assembly of the function each fence point is in:
   the core's sequence: ``clear_and_publish``, ``reader_look_impl``): a ``dmb ish``;
 * F6N (NotifyLoadWaiters, ``rc_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
 * F6W (ParkAnnounce, ``rc_park_announce``): a ``dmb ish`` after its read-modify-write, before it
-  returns.  A seq_cst RMW alone (``ldaxr``/``stlxr``, ``ldaddal``) lets a later plain load pass
-  it, which loses a wake-up (spec: ``park_relaxed_code_no_f6w`` deadlocks).
+  returns.  A seq_cst RMW alone in its LL/SC form (``ldaxr``/``stlxr``) lets a later plain load
+  pass it, which loses a wake-up (spec: ``park_relaxed_code_no_f6w`` deadlocks; herd7's
+  aarch64.cat forbids that with ``ldaddal``, LSE, but a build may run either form).
 
-Where each fence point is, is read from the code (the ``/* Fk */`` comments of _protocol.c's
-calls of ringcast_fences.h, the ``fence()  # Fk`` comments of the Python code), so the test
+Where each fence point is, is read from the code (the ``/* Fk */`` comments of the fence calls
+in _protocol.c's unit, the core's files included, the ``fence()  # Fk`` comments of the Python code), so the test
 follows the code if it moves.  A build without the F6W fence (or the F6N fence: the test-only
 switches ``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/ringcast_fences.h) must fail the
 check (the check is not vacuous).

@@ -65,9 +65,10 @@ def test_harness_runs_and_reports(tmp_path, acks):
     res = json.loads(out.read_text())
     st = res["summary"]["sched256/1r"]
     assert set(st["impls"]) == {"ringcast", "floor", "vllm"}
-    assert set(st["ratios"]) == {"rc/vllm", "rc/floor"} and all(v > 0 for v in st["ratios"].values())
+    assert set(st["ratios"]) == {"rc/vllm", "rc/vllm all", "rc/floor"} and all(v > 0 for v in st["ratios"].values())
     for v in st["impls"].values():
         assert v["p50_us"] > 0 and v["enqueue_p50_us"] > 0 and v["faults_mean"] >= 0
+        assert v["all_p50_us"] >= v["p50_us"]  # the last reader's time is no earlier than the median one
     assert [x["when"] for x in res["loadavg"]] == ["start", "end"] and res["acks"] == acks
     assert "|" in harness.table(res)
 

@@ -167,3 +167,35 @@ def test_groups_not_being_measured_are_stopped():
         a.close()  # continues its readers first, then stops them
         b.close()
     assert not any(p.is_alive() for g in (a, b) for p in g.procs)
+
+
+def test_each_payload_gets_one_untimed_lap_per_group_before_its_rounds():
+    """The rounds measure the steady state: before a payload's first round every group sends a lap
+    of it (more messages than a ring has chunks), once per payload; a group whose lap fails is
+    dropped with an error, as in a round."""
+    from ringcast.bench.cases import Case
+    from ringcast.bench.runner import WARM_LAP, _warm_payload
+
+    class Group:
+        writer = None  # no capacity limit (runner._fits)
+
+        def __init__(self, fail=False):
+            self.laps, self.fail, self.closed = [], fail, False
+
+        def pause(self, stopped):
+            pass
+
+        def batch(self, case, payload):
+            if self.fail:
+                raise OSError("boom")
+            self.laps.append((case.payload, case.mode, case.count))
+
+        def close(self):
+            self.closed = True
+
+    a, b, bad = Group(), Group(), Group(fail=True)
+    groups, warmed, errors = {"a": a, "b": b, "bad": bad}, set(), []
+    for case in (Case("dict1m", 1, "hot", 60), Case("dict1m", 1, "flood", 60), Case("sched256", 1, "idle", 200), Case("none", 1, "silent", 0, 1.0)):
+        _warm_payload(groups, case, b"x", {}, warmed, errors)
+    assert a.laps == b.laps == [("dict1m", "hot", WARM_LAP), ("sched256", "hot", WARM_LAP)] and WARM_LAP > 10
+    assert set(groups) == {"a", "b"} and bad.closed and errors == ["bad dict1m warm-up lap: OSError: boom"]

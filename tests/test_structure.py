@@ -4,10 +4,10 @@
 * no module over the project's hard limit of 500 lines: the package (its C files too), tools/ and the
   stateful harness;
 * the TLC library (ringcast.tlc) imports nothing of the protocol;
-* the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of the cursors, C functions of
-  src/ringcast/_protocol.c that ringcast/ring.py's classes subclass) are called by the endpoint
-  layer alone: in C by the per-message sequence (src/ringcast/_protocol_endpoint.c, which
-  ringcast/endpoint.py's classes subclass) and in Python by ringcast/endpoint.py, and by no
+* the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of the cursors, whose types
+  ringcast/ring.py's classes subclass; C functions of src/ringcast/core/rc_steps.c) are called by
+  the endpoint layer alone: in C by the protocol core (core/rc_core.c, rc_wait.c; the binding
+  _protocol*.c names none) and in Python by ringcast/endpoint.py, and by no
   program of the stateful harness or the trace recorder (only the planted-bug variants may),
   which drive the endpoints instead; those programs exist once (ringcast.trace.child);
 * no module reads or writes another module's private names (``mq._is_writer``,

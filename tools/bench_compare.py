@@ -5,8 +5,9 @@
 ``BENCH_OUT/bench.json`` from ``ringcast bench --impl ringcast --impl arena --impl vllm --impl
 floor --case hot/ --vllm-loader ...``; each ``HARNESS.json`` from ``python -m
 ringcast.bench.harness --out``. For every ratio both measure (ringcast / vLLM and ringcast / floor
-one-way p50; ``arena`` stands for ringcast on the 64 MiB tensor) it prints both and how far the
-harness's is from the bench's (the goal: within 25 %). Files are told apart by content (a bench
+one-way p50; ``arena`` stands for ringcast on the 64 MiB tensor; in the remote cases each ringcast
+mode over ``vllm-remote``) it prints both and how far the harness's is from the bench's (the goal:
+within 25 %). Files are told apart by content (a bench
 result has ``cases``, a harness result ``summary``). With more than one file of a kind it prints
 each run's ratio and the medians over runs, and the difference of the medians.
 """
@@ -21,10 +22,16 @@ def bench_ratios(path: str) -> dict:
     cases = json.load(open(path))["cases"]
     out = {}
     for name, c in cases.items():
-        mode, payload, readers = name.split("/")
+        mode, payload, readers, *family = name.split("/") + ["", ""]
         if mode != "hot":
             continue
         im = c["impls"]
+        if family[0] == "remote":  # as the harness names them: "<payload>/<n>r/remote", "<impl>/<peer>"
+            for impl in ("remote", "remote-insecure"):
+                rc, v = im.get(impl, {}).get("p50_us"), im.get("vllm-remote", {}).get("p50_us")
+                if rc and v:
+                    out[(f"{payload}/{readers}/remote", f"{impl}/vllm-remote")] = rc / v
+            continue
         rc = im.get("arena" if payload == "tensor64m" else "ringcast", {}).get("p50_us")
         key = f"{payload}/{readers}"
         for other, label in (("vllm", "rc/vllm"), ("floor", "rc/floor")):

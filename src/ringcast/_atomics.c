@@ -1,18 +1,18 @@
 /* ringcast._atomics: the machine-level operations the Python side of the protocol calls.
  *
- * The primitives themselves live in ringcast_fences.h, shared with the C steps (_protocol.c) and
+ * The primitives themselves live in ringcast_fences.h, shared with the protocol core (core/) and
  * the litmus tests of `ringcast stress` (_litmus.c), so what the stress suite tests on a CPU is
  * what the ring runs; this file only wraps some of them for Python.
  *
  * - fence(): a sequentially consistent fence (x86-64: `lock orq $0,(%rsp)` with GCC >= 11,
  *   mfence with older compilers; AArch64: `dmb ish`): the tensor arena's fences (arena.py). The
- *   ring's fences are inside its C steps and the endpoints' C sequence (_protocol.c).
+ *   ring's fences are inside the protocol core's steps and sequence (core/rc_steps.c, rc_core.c).
  *   tests/test_arm_codegen.py checks the AArch64 assembly of every fence point.
  * - load_u32(addr): an atomic 32-bit load (a diagnostic look at an eventcount word).
  * - address_of(buffer): the address of a writable buffer (the eventcount words' addresses).
  *
  * Addresses are plain integers (from address_of) so a call costs one METH_FASTCALL dispatch.
- * The caller guarantees the mapping outlives every call (RingBuffer.close() stops using them).
+ * The caller guarantees the mapping outlives every call (ShmRingBuffer.close() stops using them).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,4 +1,4 @@
-/* ringcast._litmus: litmus tests of every fence shape the protocol relies on, run on this CPU.
+/* ringcast._litmus: litmus tests of the protocol's fence shapes (every fence point but F8), run on this CPU.
  *
  * The TLA+ models (spec/) prove the protocol correct *given* that each fence point is a full
  * fence; this module checks, on the machine in front of it, that the shipped primitives of
@@ -6,8 +6,8 @@
  * the reordering each fence point is there for. Two threads meet at a spin barrier before every
  * iteration and run one shape on fresh words (one word per iteration, in batches), in tight
  * compiled loops, as litmus7 (herdtools) and jcstress do. Plain protocol accesses (the payload,
- * written, the read flags: plain Python stores into the mapping) are relaxed atomics here, which
- * compile to plain loads and stores.
+ * written, the read flags: the core's memcpy and relaxed rc_load_u8 / rc_store_u8) are relaxed
+ * atomics here, which compile to plain loads and stores.
  *
  * Shapes (docs/spec.md, "Litmus tests"; F-names as in docs/protocol.md, "Fences"):
  *   eventcount   notifier: flag = 1; F6N+load waiters -> r0  |  waiter: F6W RMW waiters += 1; r1 = flag
@@ -103,7 +103,7 @@ static const char DROPPED[] = RC_DROPPED_IN_HEADER
 #endif
     "";
 
-/* A ring fence point (a call of ringcast.atomics.fence(), i.e. rc_fence()); in the control of
+/* A ring fence point (rc_fence(), as the core's RC_Fk() calls it); in the control of
  * that point (or where a test-only switch dropped it) a compiler-only barrier. */
 RC_INLINE void
 at_point(int point, int ctl)

@@ -5,11 +5,12 @@
  * single tracepoint (rc_step_hook). It takes no protocol decision: tests/test_structure.py reads
  * these files and fails if one calls a ring step itself (only the core orders them).
  *
- * Files (one translation unit): _protocol_cursor.c (the cursor types: the mapping, the layout,
- * the core's state, the interface's functions that need no endpoint), _protocol_ring.c (a
- * cursor's single steps for tests and tools: rc_step), _protocol_wait.c (EventCount on words at
- * fixed addresses: the core's eventcount steps, for tests and tools), _protocol_endpoint.c (the
- * endpoint types: the core's entry points and the interface's upcalls to the observer).
+ * Files (one translation unit): _protocol_counters.c (Counters, Cancel), _protocol_cursor.c (the
+ * cursor types: the mapping, the layout, the core's state, the interface's functions that need no
+ * endpoint), _protocol_ring.c (a cursor's single steps for tests and tools: rc_step),
+ * _protocol_wait.c (EventCount on words at fixed addresses: the core's eventcount steps, for tests
+ * and tools), _protocol_endpoint.c (the endpoint types: the interface's upcalls to the observer;
+ * their entry points in _protocol_sides.c).
  *
  * The step hook: hook(action, side, index, reader) before each step's shared-memory access
  * (ringcast.steps has the contract); set_hook installs the trampoline as rc_step_hook, NULL when

@@ -1,5 +1,5 @@
 """Machine-level primitives for the Python side of the protocol: a full fence (the tensor
-arena's; F4 and F7 are in the endpoints' C sequence), an atomic 32-bit load and a buffer's address, from the C extension ``ringcast._atomics``
+arena's; F4 and F7 are in the core's C sequence, core/rc_core.c), an atomic 32-bit load and a buffer's address, from the C extension ``ringcast._atomics``
 (built by ``pip install``, on the primitives of ringcast_fences.h: the same instructions the C
 steps of ``ringcast._protocol`` run, the eventcount's atomics and futex among them).
 
@@ -24,5 +24,5 @@ TIMED_OUT = 2
 fence = _native.fence
 load_u32 = _native.load_u32
 address_of = _native.address_of
-#: parking uses the futex (Linux); elsewhere a side parks by timed sleeps (ringcast.waiting)
+#: parking uses the futex: Linux, the only platform the C extension builds on (ringcast_fences.h's futex is Linux's)
 HAVE_FUTEX = sys.platform.startswith("linux")

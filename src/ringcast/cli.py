@@ -87,7 +87,8 @@ def _add_bench(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="implementations to run (ringcast, arena, zmq, pipe, floor, torch, vllm; ringcast always runs); repeatable; default: all importable",
+        help="implementations to run (ringcast, arena, zmq, pipe, floor, torch, vllm; remote readers: remote, remote-insecure, "
+        "vllm-remote; ringcast and remote always run); repeatable; default: all importable",
     )
     p.add_argument("--ringcast-spin", type=float, default=None, metavar="S", help="ringcast's spin budget in seconds (default: the library default)")
     p.add_argument("--case", action="append", default=[], metavar="NAME", help="run only cases whose name contains NAME; repeatable")
@@ -279,7 +280,7 @@ def _cmd_bench(args) -> int:
         if unknown:
             print(f"ringcast bench: implementation(s) {unknown} not available here; available: {sorted(impls)}", file=sys.stderr)
             return 2
-        impls = {k: v for k, v in impls.items() if k in args.impl or k == "ringcast"}
+        impls = {k: v for k, v in impls.items() if k in args.impl or k in ("ringcast", "remote")}  # each family's base
     if args.list:
         print("implementations: " + ", ".join(sorted(impls)) + "  (baselines in one process, hot cases: pickle dumps+loads, memcpy)")
         for c in cases:

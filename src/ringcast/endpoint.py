@@ -1,8 +1,9 @@
 """The protocol endpoints: the writer's and a reader's whole sequence for one message, in one place.
 
-:mod:`ringcast.ring` has the segment and the atomic steps (one method per TLA+ action);
-:mod:`ringcast.waiting` the spin-then-park loop and the eventcount's steps. This module puts
-them in the order spec/Ring.tla proves, and is the only caller of the ring's steps: what
+:mod:`ringcast.ring` has the segment and the cursors over the core's steps (one C function per
+TLA+ action); :mod:`ringcast.waiting` the wait policy, counters and cancel request of the core's
+spin-then-park wait. These endpoints run the steps in the order spec/Ring.tla proves (this module
+is the only Python caller of the cursors' step methods: tests/test_structure.py): what
 :class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
 the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
@@ -46,7 +47,8 @@ Whether the message was published, and whether it is owed, is the core's own sta
 (``owed_chunk``, set before the first read flag is cleared and when the overflow send returns,
 with no Python code in between; ``wake_owed``). A signal handler runs only between Python
 bytecodes, and the sequence is C: in production (no step hook) it can raise only where the core
-calls the interface (the wait's signal checks, the overflow send, ``copy_out``), and a signal
+calls the interface into Python (the wait's signal checks and the observer's checks and log while
+parked, the overflow send, ``copy_out``, ``unpublished``), and a signal
 that arrives during the C steps is handled once ``publish`` returns, with the message published.
 
 Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
@@ -71,8 +73,8 @@ Each endpoint is given one :class:`Observer` (MessageQueue: :mod:`ringcast.roles
 objects): the overflow channel's I/O, the errors a wait raises, the checks and the log while it
 is parked. The endpoint decides; the observer reports. A parked writer reads the liveness of
 the readers it waits for (dead / unknown / alive, :meth:`ShmRingBuffer.reader_liveness`) and
-evicts the dead ones itself (:meth:`WriterEndpoint.evict_dead`) or raises; a reader whose
-liveness is unknown is never evicted nor reported dead.
+evicts the dead ones itself (the core's ``writer_idle``, with ``evict_dead_readers``) or raises; a
+reader whose liveness is unknown is never evicted nor reported dead.
 
 Payloads are *parts*: a sequence of bytes-like objects written back to back into the chunk (a
 marker, a header, a pickle, out-of-band buffers: whatever the framing layer produces). The
@@ -104,7 +106,8 @@ class Observer:
     raises a plain :class:`RingTimeoutError` and logs nothing.
 
     An observer reports and builds errors; it takes no protocol action (eviction is the
-    endpoint's decision, :meth:`WriterEndpoint.evict_dead`). It must not refer to the object
+    endpoint's decision: the core's while parked, :meth:`WriterEndpoint.evict_dead` between
+    messages). It must not refer to the object
     that owns the endpoint (a MessageQueue): the endpoint holds it strongly, and a queue nobody
     closes must be freed as soon as its last reference goes (no cycle; :mod:`ringcast.lifetime`).
     The methods that take the endpoint read it (``index``, ``ring``, ``unread_readers()``), and
@@ -127,7 +130,8 @@ class Observer:
         return RingTimeoutError(f"{ep.what}: timed out after {waited:.3f}s at chunk {ep.index}")
 
     def check_writer(self, ep: "ReaderEndpoint", waited: float) -> None:
-        """A parked reader's look at its writer, about every ``recheck_interval``: raise if the
+        """A parked reader's look at its writer, before each park (at most ``recheck_interval`` apart;
+        about every millisecond without the futex): raise if the
         writer is dead or has evicted this reader. The default looks at nothing."""
 
     def dead_readers_error(self, ep: "WriterEndpoint", dead: list, waited: float) -> BaseException:
@@ -139,7 +143,7 @@ class Observer:
         """The writer has just evicted ``dead`` (``[(reader, pid)]``)."""
 
     def long_wait(self, ep: "_Endpoint", waited: float, unknown: list) -> None:
-        """Called while parked, about every ``recheck_interval``, after the checks above: the
+        """Called while parked, before each park (as :meth:`check_writer`), after the checks above: the
         periodic long-wait log. ``unknown``: the ``[(reader, pid)]`` a writer waits for whose
         liveness cannot be told (never judged dead; always empty for a reader)."""
 

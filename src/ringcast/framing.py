@@ -24,14 +24,16 @@ interrupted an earlier receive, or an earlier send stopped between frames) is re
 another's place (issue 37 point 4). A payload that arrives ahead of its marker is kept for it.
 
 Large wire frames are copied once, into a buffer the writer owns and reuses
-(:class:`Outbox`), and handed to ZeroMQ without a further copy; small ones are copied by
-ZeroMQ (``copy=True``). Either way nothing the caller owns is referenced once ``enqueue``
-returns.
+(:class:`Outbox`), and handed to ZeroMQ without a further copy; small ones are copied into
+ZeroMQ's memory (a buffer by ``zmq.Frame(copy=True)``; a small pickle frame is joined into one
+``bytes``, which the socket's ``send(copy=True)`` copies again). Either way nothing the caller
+owns is referenced once ``enqueue`` returns.
 
 The writer pickles with :class:`~ringcast.pickling.PartsPickler` (no ``pickle.dumps`` copy: the
 pickle comes as parts, large ``bytes`` by reference); :func:`frame` picks the marker from the
-total size and lays the parts out (they are copied exactly once, into the claimed chunk by
-:meth:`~ringcast.endpoint.WriterEndpoint.publish`, or into the wire frames). The pickle is the
+total size and lays the parts out (copied exactly once into the claimed chunk, by
+:meth:`~ringcast.endpoint.WriterEndpoint.publish`; once into the wire frames, plus ZeroMQ's copy
+of a small pickle frame). The pickle is the
 same as with ``pickle.dumps``. :class:`Unpickler` (with an optional allow-list) reads a chunk or
 frames back.
 """

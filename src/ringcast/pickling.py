@@ -7,8 +7,9 @@ memory. ``pickle.Pickler(file).dump`` instead hands every payload of at least 64
 ``FRAME_SIZE_TARGET``) to ``file.write`` *as the object itself*, and everything else in frames of
 about 64 KiB. :class:`PartsPickler` collects
 those writes in a list, so the caller gets the pickle as a list of parts, learns the total size
-*before* it claims a chunk (inline or overflow), and then copies each part exactly once, straight
-into the chunk or into the socket's frames.
+*before* it claims a chunk (inline or overflow), and then copies each part once, straight into
+the chunk or into the socket's frames (ZeroMQ's send copies a small pickle frame once more:
+:class:`ringcast.framing.Outbox`).
 
 Contract of :meth:`PartsPickler.dump`: ``dump(obj)`` returns
 ``(parts, main_len, buffers, total)``:

@@ -59,8 +59,8 @@ class MessageQueue(QueueRole):
     ``wait_until_ready()``.
 
     Waiting (keyword-only, per queue side): ``spin`` seconds of ``sched_yield`` spinning before a
-    waiter parks (0 parks at once), ``recheck_interval`` the longest single park (also how often
-    dead peers are checked), ``warn_interval`` how often a long wait is logged.
+    waiter parks (0 parks at once), ``recheck_interval`` the longest single park (dead peers are
+    checked before each park: at least this often), ``warn_interval`` how often a long wait is logged.
 
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set

@@ -238,7 +238,8 @@ class RingWriter(_protocol._WriterSteps):
         self.ring = ring
 
     def data_view(self):
-        """The chunk at the cursor, for a caller that writes into it in place (write_chunk)."""
+        """The chunk at the cursor, for a caller that writes into it in place (unused in the package:
+        write_chunk takes its view from the core, ``_acquire_write``)."""
         off = self.ring.layout.data(self.index)
         return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
 

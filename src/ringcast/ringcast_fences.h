@@ -1,19 +1,22 @@
 /* ringcast_fences.h: every fence and atomic primitive of ringcast, in one place.
  *
- * Included by src/ringcast/_protocol.c (the ring's and the eventcount's steps and the endpoints'
- * sequence), src/ringcast/_atomics.c (ringcast.atomics: the tensor arena's fence, load_u32) and by
- * src/ringcast/_litmus.c (the litmus tests of `ringcast stress`, docs/stress.md), so the litmus
+ * Included by src/ringcast/core/rc_core.c (the protocol core: the ring's and the eventcount's steps
+ * and each side's sequence; built through src/ringcast/_protocol.c), src/ringcast/_atomics.c
+ * (ringcast.atomics: the tensor arena's fence, load_u32) and by src/ringcast/_litmus.c (the litmus tests of `ringcast stress`, docs/stress.md), so the litmus
  * tests exercise the very instructions the ring runs: there is no second copy of a fence.
  *
  * - rc_fence(): a sequentially consistent thread fence. x86-64: GCC >= 11 emits
  *   `lock orq $0,(%rsp)` (a locked RMW on the stack, a full barrier cheaper than mfence; older
- *   compilers emit mfence); AArch64: `dmb ish`. The ring's fence points F1, F3, F4, F5, F7
+ *   compilers emit mfence); AArch64: `dmb ish`. The ring's fence points F1, F3, F4, F5, F7, F8
  *   (docs/protocol.md "Fences") and the arena's (ringcast.atomics.fence()) are this.
  * - rc_fence_load_u32(): F6N + NotifyLoadWaiters, a full fence then an atomic load.
  * - rc_fetch_add_u32(): F6W (ParkAnnounce) and every other eventcount RMW: the seq_cst RMW, then
- *   a full fence. A seq_cst RMW alone is not a full fence on AArch64 (ldaxr/stlxr or ldaddal: a
- *   later plain load may be satisfied before the increment is visible, which loses a wake-up;
- *   spec: park_relaxed_code_no_f6w). On x86 the locked RMW already is one.
+ *   a full fence. A seq_cst RMW alone does not order a later relaxed load in C11, nor on AArch64
+ *   in its LL/SC form (ldaxr/stlxr: the load may be satisfied before the increment is visible,
+ *   which loses a wake-up; spec: park_relaxed_code_no_f6w; herd7's aarch64.cat: Sometimes). With
+ *   the LSE form (ldaddal) aarch64.cat forbids the lost wake-up (Never; spec/litmus/AArch64,
+ *   stress/arch_model.py VERDICTS), but which form runs is the compiler's and the CPU's choice
+ *   (outline atomics pick at run time). On x86 the locked RMW already is a full fence.
  * - rc_futex_wait() / rc_futex_wake(): the process-shared futex (no FUTEX_PRIVATE_FLAG).
  *
  * rc_compiler_barrier() and rc_rmw_add_u32() are not fences: the litmus tests' controls put them
@@ -24,7 +27,8 @@
  * any that is set, which `ringcast stress` treats as an error):
  *   -DRINGCAST_TEST_DROP_F6N   rc_fence_load_u32 loses its fence
  *   -DRINGCAST_TEST_DROP_F6W   rc_fetch_add_u32 loses its trailing fence
- * (F1, F3, F4, F5, F7 are call sites of rc_fence(); their switches live in _litmus.c.)
+ * (F1, F3, F4, F5, F7, F8 are call sites of rc_fence(); their switches live in core/rc_steps.c and,
+ * for the litmus shapes, in _litmus.c.)
  */
 #ifndef RINGCAST_FENCES_H
 #define RINGCAST_FENCES_H
@@ -47,7 +51,7 @@ rc_compiler_barrier(void)
     __asm__ __volatile__("" ::: "memory");
 }
 
-/* The full fence (F1, F3, F4, F5, F7; and the fence of F6N and F6W below). */
+/* The full fence (F1, F3, F4, F5, F7, F8; and the fence of F6N and F6W below). */
 RC_INLINE void
 rc_fence(void)
 {
@@ -112,7 +116,7 @@ rc_fence_load_u32(uint32_t *p)
     return rc_load_u32(p);
 }
 
-/* The seq_cst read-modify-write alone: NOT a full fence on AArch64 (see the top). */
+/* The seq_cst read-modify-write alone: NOT a full fence in C11 nor on AArch64 LL/SC (see the top). */
 RC_INLINE uint32_t
 rc_rmw_add_u32(uint32_t *p, uint32_t delta)
 {

@@ -5,8 +5,8 @@ I/O, timeouts, dead peers, the long-wait log), its wait policy, and the statisti
 Every queue side has one observer. A :class:`WriterObserver` / :class:`ReaderObserver` is the
 :class:`~ringcast.endpoint.Observer` its endpoint is given: it sends or receives the overflow
 payloads on the local socket, builds the errors of a wait and logs long waits; it takes no
-protocol action (the endpoint evicts dead readers:
-:meth:`~ringcast.endpoint.WriterEndpoint.evict_dead`).
+protocol action (the endpoint evicts dead readers: the core, while the writer is parked,
+with ``evict_dead_readers``).
 A remote reader never waits on the ring; its :class:`QueueObserver` only receives frames. No
 observer refers to its MessageQueue, so a queue nobody closes is freed as soon as its last
 reference goes.
@@ -184,7 +184,7 @@ class WriterObserver(QueueObserver):
         self.local_reader_ranks = local_reader_ranks
 
     def send_overflow(self, frames) -> None:
-        self.socket.send_multipart(frames, copy=True)  # copied now: buffers may alias the caller's objects
+        self.socket.send_multipart(frames, copy=True)  # Outbox.frames are private already: this copies only bytes frames, never a zmq.Frame
 
     def slot_detail(self, ep) -> str:
         unread = ep.unread_readers()
@@ -212,7 +212,7 @@ class WriterObserver(QueueObserver):
 
     def long_wait(self, ep, waited: float, unknown: list) -> None:
         detail = self.slot_detail(ep)
-        if unknown:  # never judged dead: retried at every timed wake
+        if unknown:  # never judged dead: retried at every check while parked
             detail += f"; cannot tell whether local readers {[r for r, _ in unknown]} (pids {[p for _, p in unknown]}) are alive: {UNKNOWN_WHY}"
         self.log_long_wait(waited, detail)
 

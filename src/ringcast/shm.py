@@ -24,7 +24,7 @@ its header). The creator reserves the rest with :meth:`Segment.reserve` (``posix
 before anything touches it: too little memory (or room in /dev/shm) is then a
 :class:`ShmSpaceError` naming the numbers, never a SIGBUS on first touch. Creating costs
 microseconds and no memory; a queue's pages come as its messages need them
-(:mod:`ringcast.queue`).
+(:mod:`ringcast.pages`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ MessageQueue runs): the writer endpoint publishes one message (claim, clear writ
 clear the read flag, publish, NotifyLoadWaiters), the reader endpoint receives it (load written,
 load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nobody parked: 11
 step points.  The real classes (step hook None: one NULL test per C step, one is-None test per
-Python one) run against copies without any: the ring's and the eventcount's steps from
-src/ringcast/_protocol.c (the binding and the protocol core) compiled with
-``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build, :func:`notrace_protocol`), and ringcast/ring.py's,
-ringcast/waiting.py's and ringcast/endpoint.py's source recompiled on it (builds.py).  Trials alternate between the two so that
+Python one) run against copies without any: the extension (the binding and the protocol core,
+src/ringcast/core/) compiled with ``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build,
+:func:`notrace_protocol`), and ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's
+source recompiled on it (builds.py).  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  test_bench_hook calls :func:`measure`.
 
@@ -24,6 +24,7 @@ import ast
 import importlib
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 

@@ -8,7 +8,8 @@ orchestrates: for each of ``repeats`` repeats and each payload it asks every wri
 (alternating order) for one batch. In a batch the writer sends ``("d", seq, t_send_ns, payload)``
 (the bench's message) after 10 unmeasured ones that touch every chunk, each reader stamps ``time.monotonic_ns()`` after ``dequeue`` returned and
 writes 1 to an eventfd, and the writer blocks on the eventfd until every reader has acknowledged
-before it sends the next message. Reported per batch: one-way p50 over all readers, the writer's
+before it sends the next message. Reported per batch: one-way p50 over all readers, the p50 over
+messages of the time until the last reader had it ("all readers"), the writer's
 ``enqueue`` p50, the writer's minor page faults per ``enqueue`` and the readers' per receive (``getrusage``). Per case: the
 median over repeats, and ratios of those medians.
 
@@ -21,6 +22,9 @@ Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURV
 ``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
 go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
 ``.../overflow``; each ringcast implementation's ratio is over its vLLM peer (``PEER``).
+Every implementation but ``floor-arena`` is :mod:`.transports`' writer and reader of that name,
+the code ``ringcast bench`` runs; what this harness does its own way is the rest: the processes,
+the eventfd acks, the batches and the statistics.
 ``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
 ``--acks poll``: the writer polls the eventfd with ``sched_yield`` instead of blocking on it (what
 ``ringcast bench``'s writer does), to measure what the waiting writer's CPU use changes.
@@ -32,7 +36,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import pickle
 import select
 import subprocess
 import sys
@@ -40,6 +43,7 @@ import time
 
 from ..stress.stats import median
 from .heap import apply_heap, minor_faults
+from .transports import FAMILY, PEER, make_writer, open_reader
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
@@ -49,12 +53,8 @@ COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m"
 #: the cases of other families than local readers on the default ring: one TCP reader (or three)
 #: on 127.0.0.1 (``remote``: CURVE, the default; ``remote-insecure``: ``remote_insecure=True``),
 #: and local readers of a ring of 1 MiB chunks, where every message here overflows (``overflow``)
-FAMILY = {"remote": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+#: (:data:`.transports.FAMILY`; each ringcast implementation's vLLM peer: :data:`.transports.PEER`)
 _FAMILY_PAYLOADS = {"remote": ("sched256", "blob64k", "dict1m", "np1m", "blob16m"), "overflow": ("dict1m", "blob8m")}
-#: each ringcast implementation and the vLLM one it is compared with (ratios)
-PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
-_OVERFLOW_CHUNK = 1 << 20
-_ARENA = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
 _TIMEOUT = 120.0
 #: unmeasured messages at the start of each batch: one per chunk (10 for ringcast and vLLM)
 _WARM = {"tensor64m": 4}
@@ -76,56 +76,36 @@ def applies(impl: str, payload: str) -> bool:
 
 
 def _open_writer(impl: str, n: int, loader):
-    """``(send, reader_info, connect, close)`` of ``impl``'s writer."""
-    if impl in ("floor", "floor-arena"):
+    """``(send, reader_infos, connect, close)`` of ``impl``'s writer: :mod:`.transports`' writer
+    of the same name (the code ``ringcast bench`` runs), but ``floor-arena``."""
+    if impl == "floor-arena":
         from .floor import FloorWriter
 
-        w = FloorWriter(n, 72 << 20, 3) if impl == "floor-arena" else FloorWriter(n, 2 << 20, 10)
-        return w.send, w.handle(), w.wait_attached, w.close
-    if impl.startswith("vllm"):
-        from .transports import load_message_queue_class
-
-        mq = load_message_queue_class(loader)(n, **_shape(impl, n))
-        return mq.enqueue, pickle.dumps(mq.export_handle()), mq.wait_until_ready, getattr(mq, "close", lambda: None)
-    from ..queue import MessageQueue
-
-    kw = {"remote_insecure": True} if impl == "remote-insecure" else (_ARENA if impl == "arena" else {})
-    mq = MessageQueue(n, **_shape(impl, n), warn_interval=3600.0, **kw)
-    return mq.enqueue, mq.export_handle(), lambda: mq.wait_until_ready(timeout=_TIMEOUT), mq.close
+        w = FloorWriter(n, 72 << 20, 3)
+        return w.send, [w.handle()] * n, w.wait_attached, w.close
+    w = make_writer(impl, None, loader)
+    try:
+        info = w.prepare(n)
+        return w.send, [w.reader_info(info, i) for i in range(n)], w.connect, w.close
+    except BaseException:
+        w.close()
+        raise
 
 
-def _shape(impl: str, n: int) -> dict:
-    """The arguments of ``impl``'s queue for ``n`` readers besides ``n_reader`` (both classes
-    take the same): remote readers on 127.0.0.1, or local ones (1 MiB chunks: overflow)."""
-    if FAMILY.get(impl) == "remote":
-        return {"n_local_reader": 0, "connect_ip": "127.0.0.1"}
-    return {"n_local_reader": n, **({"max_chunk_bytes": _OVERFLOW_CHUNK} if FAMILY.get(impl) == "overflow" else {})}
-
-
-def _open_reader(impl: str, info, index: int, loader):
+def _open_reader(impl: str, info, index: int):
     """``(recv, close)`` of reader ``index``; returns once attached."""
-    if impl in ("floor", "floor-arena"):
+    if impl == "floor-arena":
         from .floor import FloorReader
 
-        r = FloorReader(*info, index, view=impl == "floor-arena")
+        r = FloorReader(*info, index, view=True)
         return r.recv, r.close
-    if impl.startswith("vllm"):
-        from .transports import load_message_queue_class
-
-        mq = load_message_queue_class(loader).create_from_handle(pickle.loads(info), index)
-        mq.wait_until_ready()
-        return mq.dequeue, getattr(mq, "close", lambda: None)
-    from ..queue import MessageQueue
-
-    mq = MessageQueue.create_from_handle(info, index, warn_interval=3600.0)
-    mq.wait_until_ready(timeout=_TIMEOUT)
-    return mq.dequeue, mq.close
+    return open_reader(impl, info, index)
 
 
-def _reader_main(impl, info, index, efd_dup, conn, loader, heap) -> None:
+def _reader_main(impl, info, index, efd_dup, conn, heap) -> None:
     efd = efd_dup.detach()
     apply_heap(heap)
-    recv, close = _open_reader(impl, info, index, loader)
+    recv, close = _open_reader(impl, info, index)
     mono, ack = time.monotonic_ns, os.eventfd_write
     lat: list[int] = []
     flt: list[int] = []  # minor page faults inside each receive (getrusage: the reader's allocator state)
@@ -186,13 +166,13 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
     apply_heap(heap)
     ctx = mp.get_context("spawn")
     efd = os.eventfd(0, os.EFD_NONBLOCK if poll else 0)
-    send, info, connect, close = _open_writer(impl, n, loader)
+    send, infos, connect, close = _open_writer(impl, n, loader)
     procs, conns = [], []
     payloads: dict = {}
     try:
         for i in range(n):
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_reader_main, args=(impl, info, i, DupFd(efd), w, loader, heap), name=f"harness-{impl}-r{i}", daemon=True)
+            p = ctx.Process(target=_reader_main, args=(impl, infos[i], i, DupFd(efd), w, heap), name=f"harness-{impl}-r{i}", daemon=True)
             p.start()
             w.close()
             procs.append(p)
@@ -228,14 +208,18 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
                 _wait_acks(efd, n * count, procs, poll)
                 per_msg = (mono() - t0) / count
             send(("end",))
-            lat, rflt = [], []
+            lat, rflt, per_reader = [], [], []
             for c in conns:
                 if not c.poll(_TIMEOUT):
                     raise TimeoutError(f"harness: a {impl} reader sent no result")
                 a, b = c.recv()
                 lat.extend(a)
+                per_reader.append(a)
                 rflt.extend(b)
-            conn.send({"p50_us": (per_msg if flood else _p50(lat)) / 1e3, "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
+            # per message, the time until the last reader had it (every reader gets every message)
+            last = [max(col) for col in zip(*per_reader)]
+            conn.send({"p50_us": (per_msg if flood else _p50(lat)) / 1e3, "all_p50_us": (per_msg if flood else _p50(last)) / 1e3,
+                       "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
                        "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt)})
     except BaseException as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
@@ -330,13 +314,14 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
-_KEYS = ("p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults_mean")
+_KEYS = ("p50_us", "all_p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults_mean")
 
 
 def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
     over the floor (or floor-arena), of those medians; in the remote and overflow families each
-    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"``."""
+    ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"`` (one-way) and
+    ``"<impl>/<peer> all"`` (until the last reader had it)."""
     out: dict = {}
     for case, per in raw.items():
         s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
@@ -345,20 +330,22 @@ def summarize(raw: dict) -> dict:
         ratios = {}
         if rc and "vllm" in s:
             ratios["rc/vllm"] = rc["p50_us"] / s["vllm"]["p50_us"]
+            ratios["rc/vllm all"] = rc["all_p50_us"] / s["vllm"]["all_p50_us"]
         if rc and fl:
             ratios["rc/floor"] = rc["p50_us"] / fl["p50_us"]
         for impl in s:
             if impl in FAMILY and PEER.get(impl) in s:
                 ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
+                ratios[f"{impl}/{PEER[impl]} all"] = s[impl]["all_p50_us"] / s[PEER[impl]]["all_p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
 
 def table(result: dict) -> str:
     """A markdown table of :func:`summarize`'s output."""
-    head = ("| case | impl | one-way p50 us | enqueue p50 us | writer faults/msg (p50, mean) | reader faults/msg (mean) "
-            "| ringcast / vLLM | ringcast / floor |")
-    lines = [head, "|" + "---|" * 8]
+    head = ("| case | impl | one-way p50 us | all readers p50 us | enqueue p50 us | writer faults/msg (p50, mean) | reader faults/msg (mean) "
+            "| ringcast / vLLM | ringcast / vLLM, all readers | ringcast / floor |")
+    lines = [head, "|" + "---|" * 10]
     for case, st in result["summary"].items():
         for k, (impl, v) in enumerate(st["impls"].items()):
             rat = st["ratios"] if k == 0 else {}
@@ -366,7 +353,11 @@ def table(result: dict) -> str:
             if impl in FAMILY and f"{impl}/{PEER.get(impl)}" in st["ratios"]:
                 r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
-            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} | {v['reader_faults_mean']:.1f} | {r1} | {r2} |")
+            ra = f"{rat['rc/vllm all']:.2f}" if "rc/vllm all" in rat else ""
+            if impl in FAMILY and f"{impl}/{PEER.get(impl)} all" in st["ratios"]:
+                ra = f"{st['ratios'][f'{impl}/{PEER[impl]} all']:.2f}"
+            lines.append(f"| {case} | {impl} | {v['p50_us']:.1f} | {v['all_p50_us']:.1f} | {v['enqueue_p50_us']:.1f} | {v['faults_p50']:.0f}, {v['faults_mean']:.1f} "
+                         f"| {v['reader_faults_mean']:.1f} | {r1} | {ra} | {r2} |")
     return "\n".join(lines)
 
 

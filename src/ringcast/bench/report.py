@@ -6,9 +6,11 @@ import json
 import os
 from pathlib import Path
 
+from .cases import BASE
+
 __all__ = ["bench_table", "bench_markdown", "write_bench_outputs"]
 
-_ORDER = ("ringcast", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch")
+_ORDER = ("ringcast", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch", "floor", "remote", "remote-insecure", "vllm-remote")
 
 
 def _f(x, nd=1) -> str:
@@ -20,18 +22,26 @@ def _f(x, nd=1) -> str:
 
 
 def _rows(result: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["case", "impl", "p50 us", "p99 us", "enqueue p50 us", "enqueue faults", "reader faults", "msg/s", "reader CPU max", "x slower than ringcast (p50 | p99 | thr)", "rounds"]
+    head = ["case", "impl", "p50 us", "p99 us", "enqueue p50 us", "enqueue faults", "reader faults", "msg/s", "reader CPU max",
+            "x slower than ringcast (p50 | p99 | thr)", "x vLLM's time (p50 | p99 | thr)", "rounds"]
     rows = []
     for cname, c in result["cases"].items():
+        base = BASE.get(c["case"].get("family", "local"))
         for name in sorted(c["impls"], key=lambda k: _ORDER.index(k) if k in _ORDER else 99):
             st = c["impls"][name]
-            r = st.get("vs_ringcast", {})
-            ratio = " | ".join(_f(r.get(m), 2) for m in ("p50_us", "p99_us", "msgs_per_s")) if name != "ringcast" else "1"
+            ratio = _ratio(st.get("vs_ringcast")) if name != base else "1"
             cpu = st.get("reader_cpu_max")
             rows.append(
-                [cname, name, _f(st.get("p50_us")), _f(st.get("p99_us")), _f(st.get("enqueue_p50_us")), _f(st.get("enqueue_faults_mean")), _f(st.get("reader_faults_mean")), _f(st.get("msgs_per_s"), 0), "-" if cpu is None else f"{cpu * 100:.1f}%", ratio, str(st.get("rounds"))]
+                [cname, name, _f(st.get("p50_us")), _f(st.get("p99_us")), _f(st.get("enqueue_p50_us")), _f(st.get("enqueue_faults_mean")), _f(st.get("reader_faults_mean")), _f(st.get("msgs_per_s"), 0), "-" if cpu is None else f"{cpu * 100:.1f}%", ratio,
+                 _ratio(st.get("vs_vllm")), str(st.get("rounds"))]
             )
     return head, rows
+
+
+def _ratio(r: dict | None) -> str:
+    if not r:
+        return "-"
+    return " | ".join(_f(r.get(m), 2) for m in ("p50_us", "p99_us", "msgs_per_s"))
 
 
 def bench_table(result: dict) -> str:
@@ -59,6 +69,11 @@ def _goal_lines(result: dict) -> list[str]:
     return out
 
 
+def _md_row(cells: list[str]) -> str:
+    """A markdown table row; the ratio cells' own ``|`` escaped, so the columns stay aligned."""
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
 def bench_markdown(result: dict, plots: list[str], note: str | None) -> str:
     h = result["host"]
     head, rows = _rows(result)
@@ -68,12 +83,14 @@ def bench_markdown(result: dict, plots: list[str], note: str | None) -> str:
         f"{h['cores']} cores, {h['platform']}, Python {h['python']}; {result['rounds']} interleaved round(s) per case"
         f"{' (quick)' if result['quick'] else ''}; {result['wall_s']}s; ringcast spin "
         f"{'default' if result.get('ringcast_spin') is None else result['ringcast_spin']}. Values are medians over rounds; ratios are "
-        "ratios of medians (other / ringcast for latency, ringcast / other for throughput: > 1 means ringcast is faster).",
+        "ratios of medians (other / ringcast for latency, ringcast / other for throughput: > 1 means ringcast is faster; in the "
+        "remote cases over `remote`, ringcast's default). \"x vLLM's time\": a ringcast implementation over its vLLM peer (`vllm`, "
+        "remote: `vllm-remote`), latency and time per flooded message: < 1 means ringcast is faster.",
         "",
-        "| " + " | ".join(head) + " |",
+        _md_row(head),
         "|" + "|".join("---" for _ in head) + "|",
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [_md_row(r) for r in rows]
     lines += ["", "## Goals", ""]
     for g in result["goals"]:
         mark = {True: "met", False: "**missed**", None: "info"}[g["met"]]

@@ -19,6 +19,11 @@ way an application would use it):
   from the loader named by ``ringcast bench --vllm-loader`` (:func:`load_message_queue_class`: a
   Python file or module that provides ``MessageQueue`` or ``load_vllm_shm_broadcast()``, such as
   ``../shared/peers/vllm_peer.py``); never a dependency. It runs with its own defaults.
+* ``remote``, ``remote-insecure`` - ringcast with remote readers only (``n_local_reader=0``, TCP
+  on 127.0.0.1): CurveZMQ (the default), ``remote_insecure=True``; ``vllm-remote``: vLLM's queue
+  in the same shape (cleartext). ``overflow`` / ``vllm-overflow`` (the second harness only): local
+  readers on 1 MiB chunks, so a 1 MiB message overflows to the socket. :data:`FAMILY`,
+  :data:`PEER`, :func:`queue_shape`;
 * ``floor``    - not a transport anyone should use: the least a shared-memory broadcast of a
   Python object can cost (:mod:`.floor`): ringcast's serialisation, one copy into one of 10 rotating
   slots, one ``pickle.loads`` out, one sequence word and one ack word per reader, no protocol.
@@ -43,9 +48,26 @@ from pathlib import Path
 
 from ..errors import RingcastError
 
-__all__ = ["TRANSPORTS", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader"]
+__all__ = ["TRANSPORTS", "FAMILY", "PEER", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader",
+           "queue_shape"]
 
 _READY_TIMEOUT = 120.0
+#: the family of each implementation whose readers are not local readers of the default ring:
+#: remote (TCP on 127.0.0.1) or local on 1 MiB chunks, where a 1 MiB message overflows
+FAMILY = {"remote": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+#: each ringcast implementation and the vLLM one it is compared with
+PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
+_OVERFLOW_CHUNK = 1 << 20
+#: the constructor arguments of each ringcast implementation beyond its shape
+_EXTRA = {"arena": {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}, "remote-insecure": {"remote_insecure": True}}
+
+
+def queue_shape(impl: str, n: int) -> dict:
+    """The arguments of ``impl``'s queue for ``n`` readers besides ``n_reader`` (ringcast's class
+    and vLLM's take the same): remote readers on 127.0.0.1, or local ones (1 MiB chunks: overflow)."""
+    if FAMILY.get(impl) == "remote":
+        return {"n_local_reader": 0, "connect_ip": "127.0.0.1"}
+    return {"n_local_reader": n, **({"max_chunk_bytes": _OVERFLOW_CHUNK} if FAMILY.get(impl) == "overflow" else {})}
 
 
 def _has(mod: str) -> bool:
@@ -56,9 +78,11 @@ def _has(mod: str) -> bool:
 
 
 class _RingcastWriter:
-    name = "ringcast"
+    """ringcast's ``MessageQueue`` as implementation ``name``: ``ringcast``, ``arena``, ``remote``,
+    ``remote-insecure`` or ``overflow`` (:func:`queue_shape`, ``_EXTRA``)."""
 
-    def __init__(self, spin: float | None = None) -> None:
+    def __init__(self, spin: float | None = None, name: str = "ringcast") -> None:
+        self.name = name
         # Readers of one transport sit idle while the others are measured: no long-wait warnings.
         self.kw = {"warn_interval": 3600.0} if spin is None else {"spin": spin, "warn_interval": 3600.0}
 
@@ -68,7 +92,7 @@ class _RingcastWriter:
         return MessageQueue
 
     def prepare(self, n: int):
-        self.mq = self._cls()(n, n, **self.kw)
+        self.mq = self._cls()(n, **queue_shape(self.name, n), **self.kw, **_EXTRA.get(self.name, {}))
         return self.mq.export_handle()
 
     def reader_info(self, info, i):
@@ -84,15 +108,6 @@ class _RingcastWriter:
         mq = getattr(self, "mq", None)
         if mq is not None:
             mq.close()
-
-
-class _ArenaWriter(_RingcastWriter):
-    name = "arena"
-    arena = {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}
-
-    def prepare(self, n: int):
-        self.mq = self._cls()(n, n, **self.kw, **self.arena)
-        return self.mq.export_handle()
 
 
 class BenchLoaderError(RingcastError, ImportError):
@@ -156,9 +171,10 @@ def load_message_queue_class(spec: str) -> type:
 
 
 class _VllmWriter(_RingcastWriter):
-    name = "vllm"
+    """vLLM's ``MessageQueue`` as ``vllm``, ``vllm-remote`` or ``vllm-overflow``, with its defaults."""
 
-    def __init__(self, spin: float | None = None, loader: str | None = None) -> None:
+    def __init__(self, spin: float | None = None, loader: str | None = None, name: str = "vllm") -> None:
+        self.name = name
         self.kw = {}
         if loader is not None and Path(loader).expanduser().is_file():
             loader = str(Path(loader).expanduser().resolve())  # the readers may start elsewhere
@@ -330,37 +346,41 @@ class _FloorWriter:
             self.w = None
 
 
-TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _ArenaWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter,
-              "torch": _TorchWriter, "vllm": _VllmWriter}
+TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-insecure": _RingcastWriter,
+              "overflow": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
+              "vllm": _VllmWriter, "vllm-remote": _VllmWriter, "vllm-overflow": _VllmWriter}
+#: what ``ringcast bench`` runs (the overflow family is the second harness's)
+_BENCH = ("ringcast", "arena", "remote", "remote-insecure", "zmq", "pipe", "floor")
 
 
 def available(vllm_loader: str | None = None) -> dict:
-    """Transports usable here (without importing torch or vLLM; a ``vllm_loader`` is loaded)."""
-    out = {n: t for n, t in TRANSPORTS.items() if n not in ("torch", "vllm")}
+    """Transports of ``ringcast bench`` usable here (without importing torch or vLLM; a
+    ``vllm_loader`` is loaded)."""
+    out = {n: TRANSPORTS[n] for n in _BENCH}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if vllm_loader is not None:
         load_message_queue_class(vllm_loader)
-        out["vllm"] = _VllmWriter
-    elif _has("vllm"):
-        out["vllm"] = _VllmWriter
+    if vllm_loader is not None or _has("vllm"):
+        out["vllm"] = out["vllm-remote"] = _VllmWriter
     return out
 
 
 def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = None):
     """``spin``: the ringcast wait policy's spin budget (None: library default); ``vllm_loader``:
     see :func:`load_message_queue_class` (None: an installed vLLM)."""
-    if name == "vllm":
-        return _VllmWriter(spin, vllm_loader)
-    if name in ("ringcast", "arena"):
-        return TRANSPORTS[name](spin)
-    return TRANSPORTS[name]()
+    cls = TRANSPORTS[name]
+    if cls is _VllmWriter:
+        return _VllmWriter(spin, vllm_loader, name)
+    if cls is _RingcastWriter:
+        return _RingcastWriter(spin, name)
+    return cls()
 
 
 def open_reader(name: str, info, index: int):
     """In the reader process: ``(recv, close)``; returns once connected."""
-    if name in ("ringcast", "arena", "vllm"):
-        if name != "vllm":
+    if TRANSPORTS.get(name) in (_RingcastWriter, _VllmWriter):
+        if not name.startswith("vllm"):
             from ..queue import MessageQueue
 
             handle, kw = info
@@ -369,7 +389,7 @@ def open_reader(name: str, info, index: int):
             MessageQueue = _VllmWriter(None, loader)._cls()
             handle = pickle.loads(pickled)
         mq = MessageQueue.create_from_handle(handle, index, **kw)
-        if name != "vllm":
+        if not name.startswith("vllm"):
             mq.wait_until_ready(timeout=_READY_TIMEOUT)
         else:
             mq.wait_until_ready()

@@ -6,8 +6,8 @@
  * Fence pairs (each fence names the fence it pairs with, as linux/wait.h does):
  *   F1 (writer_claim: after the flag loads, before the payload stores)  <->  F5 (reader_ack)
  *      and F8 (reader_check_evicted: eviction's stores come before a refill's payload)
- *   F3 (writer_publish: before written := 1)  <->  F4 (reader_look: after the flag loads)
- *   F7 (writer_clear_and_publish: before the read-flag clears)  <->  F4 (reader_look)
+ *   F3 (writer_publish: before written := 1)  <->  F4 (rc_core.c's reader_look_impl: after the flag loads)
+ *   F7 (rc_core.c's clear_and_publish: before the read-flag clears)  <->  F4 (reader_look_impl)
  *   F5 (reader_ack: after the copy, before read_r := 1)  <->  F1 (writer_claim)
  *   F8 (reader_check_evicted: after the copy, before the evicted load)  <->  F1 (writer_claim)
  * Test-only switches (never passed by setup.py): -DRINGCAST_TEST_DROP_F1 / _F3 / _F4 / _F5 /
@@ -187,7 +187,7 @@ writer_publish(rc_writer *w)
     rc_side *s = &w->s;
     uint8_t *base;
     BEGIN(s, RC_WriterPublish, RC_NO_READER, base, RC_ERR_CLOSED);
-    RC_F3(); /* F3 pairs with F4 in reader_look: payload and cleared flags visible before the publication */
+    RC_F3(); /* F3 pairs with F4 in reader_look_impl: payload and cleared flags visible before the publication */
     rc_store_u8(base + s->layout->metas[s->index], 1);
     unpin(s);
     s->index = next_chunk(s);

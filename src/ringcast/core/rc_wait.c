@@ -154,7 +154,7 @@ look(rc_side *s, int *ready)
     return s->side == RC_WRITER ? writer_look_impl((rc_writer *)s, ready) : reader_look_impl((rc_reader *)s, ready);
 }
 
-/* The writer, parked, about every recheck_interval: the live readers it waits for that are dead
+/* The writer, parked, before each park (idle's schedule): the live readers it waits for that are dead
  * are evicted (evict_dead) or the wait fails; one whose liveness cannot be told is neither. */
 static int
 writer_idle(rc_writer *w, double waited)
@@ -197,7 +197,9 @@ writer_idle(rc_writer *w, double waited)
     return io->report(io->ctx, RC_REPORT_LONG_WAIT, waited);
 }
 
-/* Parked, about every recheck_interval: the dead-peer checks, then the long-wait log. */
+/* Before each park of the park phase: at most recheck_interval apart with the futex (sooner after
+ * any wake-up), about every millisecond without it (1 ms sleeps): the dead-peer checks, then the
+ * long-wait log. */
 static int
 idle(rc_side *s, double waited)
 {

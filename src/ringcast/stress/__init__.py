@@ -3,7 +3,7 @@
 * :mod:`.scenario` - scenario files (top-level ``stress/``) and their loader;
 * :mod:`.checker` - message framing (sequence number, timestamp, CRC-32) and the per-reader
   integrity checker (loss, duplicate, reorder, corruption);
-* :mod:`.fences` - the ``fences`` scenario (runs first): C litmus tests of every fence point on
+* :mod:`.fences` - the ``fences`` scenario (runs first): C litmus tests of every fence point but F8 on
   this CPU (``ringcast._litmus``), run by :mod:`.litmus_child` in a child process; its verdict
   (PASS / INCONCLUSIVE / FAIL) reads :mod:`.arch_model`, herd7's verdict per shape and control
   for x86-64 and AArch64; :mod:`.fences_report` prints its table;

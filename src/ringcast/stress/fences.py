@@ -1,4 +1,4 @@
-"""The ``fences`` scenario of ``ringcast stress``: litmus tests of every fence shape, on this CPU.
+"""The ``fences`` scenario of ``ringcast stress``: litmus tests of the fence shapes (all points but F8), on this CPU.
 
 The message-level scenarios cannot see a missing fence: between two steps of the protocol they
 run whole messages (pickling, waits, system calls), so the hardware's reordering window is almost

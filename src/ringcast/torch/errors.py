@@ -1,4 +1,5 @@
-"""Errors of the torch half. All subclass :class:`ringcast.RingcastError`."""
+"""Errors of the torch half. Every exception here subclasses :class:`ringcast.RingcastError`
+(:class:`FollowerError` is a record, not an exception)."""
 
 from __future__ import annotations
 

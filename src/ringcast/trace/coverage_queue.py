@@ -36,7 +36,7 @@ With parking, a process's next step after a failed look is a choice the spec mak
   takes it only then, so the code's futex_wait returns at once (the word differs from the
   snapshot) and the replay never blocks. (A sleeper already blocked when its word moves returns
   at once in the harness, which takes its ``ParkSleep`` in the waker's step: not in a path.)
-* *A successful re-check goes straight on*, in the code (waiting.py: the reader copies, the writer
+* *A successful re-check goes straight on*, in the code (core/rc_wait.c: the reader copies, the writer
   writes the chunk it claimed) and in the spec (Ring's ``ParkRetire``, issue 24): the spec keeps
   ``rechk`` set from the re-check's last load until that retire, the model keeps where it goes on
   (``after_retire``), so the projection sets ``rechk`` there.

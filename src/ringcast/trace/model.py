@@ -98,7 +98,7 @@ class RingModel:
             return ("done",)
         pc = self.pc[p]
         if pc == "load_r" and self.seen[p] == 0:
-            # _protocol_endpoint.c: ReaderEndpoint.ready() short-circuits: after loading written = 0 it does not
+            # core/rc_core.c: reader_look_impl (ReaderEndpoint.ready()) short-circuits: after loading written = 0 it does not
             # load its read flag.  The spec's ReaderLoadReadFlag then only returns to load_w (or,
             # in a re-check, to park_sleep), so the harness inserts it as an implicit step.
             if self.rechk[p]:

@@ -1,0 +1,82 @@
+"""The project's performance goals, evaluated on every ``ringcast bench`` run (``bench.md``).
+
+Issue 14's goals against vLLM's ``MessageQueue`` and the one-copy floor, and issue 42's for
+remote readers: ringcast's remote readers against vLLM's (``vllm-remote``), each security mode
+(``remote``: CURVE, the default; ``remote-insecure``) over vLLM's cleartext queue, same run.
+"""
+
+from __future__ import annotations
+
+__all__ = ["evaluate_goals"]
+
+
+def _get(summary, case, impl, metric):
+    return summary.get(case, {}).get("impls", {}).get(impl, {}).get(metric)
+
+
+def evaluate_goals(s: dict) -> list[dict]:
+    """The performance goals of the project, evaluated on a run's summary (:func:`.runner.run_bench`)."""
+    goals = []
+
+    def add(goal, measured, ok, note=""):
+        goals.append({"goal": goal, "measured": measured, "met": ok, "note": note})
+
+    rc = _get(s, "hot/sched256/1r", "ringcast", "p50_us")
+    pk = _get(s, "hot/sched256/1r", "pickle", "p50_us")
+    if rc and pk:
+        add("256 B, 1 reader, hot: ringcast median one-way latency <= 2x pickle dumps+loads", f"{rc:.1f} us vs {pk:.1f} us = {rc / pk:.1f}x", rc / pk <= 2)
+    p99 = _get(s, "idle/sched256/3r", "ringcast", "p99_us")
+    if p99:
+        add("3 readers, 1 ms idle gaps: ringcast all-readers p99 < 300 us", f"{p99:.0f} us", p99 < 300)
+    cpu = _get(s, "silent/3r", "ringcast", "reader_cpu_max")
+    if cpu is not None:
+        add("3 readers, idle: reader CPU near zero (< 1% of a core)", f"{cpu * 100:.2f}%", cpu < 0.01)
+    for other, x, label in (("zmq", 2.0, "pyzmq PUB/SUB"), ("torch", 15.0, "broadcast_object_list (gloo)")):
+        for case in ("hot/sched256/1r", "hot/sched256/3r"):
+            r = _get(s, case, other, "vs_ringcast")
+            if r and r.get("p50_us"):
+                add(f"{case}: ringcast >= {x:g}x faster than {label} (median latency)", f"{r['p50_us']:.1f}x", r["p50_us"] >= x)
+    r = _get(s, "hot/np1m/3r", "ringcast", "p50_us")
+    if r:
+        add("1 MiB numpy, 3 readers, hot: ringcast median latency (reported)", f"{r:.0f} us", None)
+    _goals_vs_vllm_and_memcpy(s, add)
+    _goals_remote(s, add)
+    return goals
+
+
+def _goals_vs_vllm_and_memcpy(s: dict, add) -> None:
+    """Issue 14's goals: ratios to vLLM's MessageQueue and to the one-copy (memcpy) floor."""
+    for case, lim in (("hot/sched256/1r", 0.45), ("hot/sched256/3r", 0.45), ("hot/dict1m/1r", 0.5), ("hot/dict1m/3r", 0.5)):
+        rc, vl = _get(s, case, "ringcast", "p50_us"), _get(s, case, "vllm", "p50_us")
+        if rc and vl:
+            add(f"{case}: ringcast one-way p50 <= {lim:g}x vLLM's", f"{rc:.1f} us vs {vl:.1f} us = {rc / vl:.2f}x", rc / vl <= lim)
+    for case in ("hot/dict1m/1r", "hot/dict1m/3r"):
+        enq, mc = _get(s, case, "ringcast", "enqueue_p50_us"), _get(s, case, "memcpy", "p50_us")
+        if enq and mc:
+            add(f"{case}: ringcast enqueue p50 <= 2x the memcpy floor", f"{enq:.0f} us vs {mc:.0f} us = {enq / mc:.1f}x", enq / mc <= 2)
+    for impl in ("ringcast", "arena"):
+        rc, mc = _get(s, "hot/tensor64m/3r", impl, "p50_us"), _get(s, "hot/tensor64m/3r", "memcpy", "p50_us")
+        if rc and mc:
+            add(f"hot/tensor64m/3r: {impl} all-readers p50 <= 1.5x one memcpy of 64 MiB", f"{rc:.0f} us vs {mc:.0f} us = {rc / mc:.1f}x", rc / mc <= 1.5)
+
+
+#: issue 42: (implementation, payload, most ringcast / vLLM one-way p50)
+_REMOTE_LATENCY = (("remote", "sched256", 1.0), ("remote", "blob64k", 1.0), ("remote", "dict1m", 2.0),
+                   ("remote-insecure", "sched256", 1.0), ("remote-insecure", "dict1m", 1.2))
+
+
+def _goals_remote(s: dict, add) -> None:
+    """Issue 42's goals: remote readers beside vLLM's, hot one-way p50 and flood throughput."""
+    for n in (1, 3):
+        for impl, payload, lim in _REMOTE_LATENCY:
+            case = f"hot/{payload}/{n}r/remote"
+            rc, vl = _get(s, case, impl, "p50_us"), _get(s, case, "vllm-remote", "p50_us")
+            if rc and vl:
+                add(f"{case}: {impl} one-way p50 <= {lim:g}x vLLM's", f"{rc:.1f} us vs {vl:.1f} us = {rc / vl:.2f}x", rc / vl <= lim)
+        for payload in ("sched256", "blob64k", "dict1m", "blob16m"):
+            case = f"flood/{payload}/{n}r/remote"
+            vl = _get(s, case, "vllm-remote", "msgs_per_s")
+            for impl in ("remote", "remote-insecure"):
+                rc = _get(s, case, impl, "msgs_per_s")
+                if rc and vl:
+                    add(f"{case}: {impl} messages/s >= vLLM's", f"{rc:,.0f} vs {vl:,.0f} = {rc / vl:.2f}x", rc >= vl)
