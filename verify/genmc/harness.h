@@ -49,7 +49,7 @@ rc_h_copy(void *dst, const void *src, size_t n)
     assert(n % 4 == 0);
     for (size_t k = 0; k < n / 4; k++)
 #ifdef H_RACY_COPY
-        __atomic_store_n(d + k, s[k], __ATOMIC_RELAXED); /* see evict.c: a false suspect's copy */
+        __atomic_store_n(d + k, s[k], __ATOMIC_RELAXED); /* H_RACY_COPY: a false suspect's copy (README) */
 #else
         d[k] = s[k];
 #endif
@@ -246,7 +246,7 @@ h_copy_out(void *ctx, const uint8_t *data, size_t len)
     h_ctx *c = (h_ctx *)ctx;
     assert(len == sizeof c->pending);
 #ifdef H_RACY_COPY
-    for (int k = 0; k < PAYLOAD_WORDS; k++) /* a false suspect's copy may race a refill: see evict.c */
+    for (int k = 0; k < PAYLOAD_WORDS; k++) /* a false suspect's copy may race a refill (README) */
         c->pending[k] = __atomic_load_n((const uint32_t *)data + k, __ATOMIC_RELAXED);
 #else
     rc_h_copy(c->pending, data, len);
