@@ -5,7 +5,7 @@ created 0700 for the queue (under ``$XDG_RUNTIME_DIR`` where usable, else the te
 users cannot even reach the socket file. The writer removes the file and the directory as soon
 as the READY handshake has seen every local reader (connected peers keep working), and at
 close; a queue created later by the same user sweeps directories whose writer died before that.
-Remote readers (other nodes) never touch the ring and get every message whole over a TCP XPUB
+Remote readers (other nodes) never touch the ring and get every message whole over a TCP ROUTER
 socket bound to ``connect_ip`` (port chosen by the kernel: no find-a-free-port race).
 
 Both sockets count for the READY handshake only subscribers presenting the queue's secret topic
