@@ -126,6 +126,16 @@ def test_idle_busy_transitions_deliver_everything(monkeypatch):
         g.close()
 
 
+def _publish_unnotified(w: WriterEndpoint, payload: bytes) -> None:
+    """The writer's single steps for one message to reader 0, without the notify."""
+    c = w.cursor
+    assert c._writer_claim()
+    c._writer_clear_written()
+    c._writer_write_payload((payload,))
+    c._writer_clear_read_flag(0)
+    c._writer_publish()
+
+
 @pytest.mark.timeout(30)
 def test_dropped_notification_is_recovered_by_the_recheck(monkeypatch):
     """A wake-up lost: between the reader's ParkAnnounce and its sleep the writer publishes with
@@ -139,12 +149,7 @@ def test_dropped_notification_is_recovered_by_the_recheck(monkeypatch):
     def publish_unnotified(action, side, index, reader):
         if action == "ParkSleep" and side == 0 and not published:
             published.append(index)
-            c = w.cursor
-            assert c._writer_claim()
-            c._writer_clear_written()
-            c._writer_write_payload((b"lost wake-up",))
-            c._writer_clear_read_flag(0)
-            c._writer_publish()
+            _publish_unnotified(w, b"lost wake-up")
 
     try:
         monkeypatch.setattr(steps, "hook", publish_unnotified)
@@ -395,3 +400,74 @@ def test_the_spin_phase_stops_at_shutdown_and_on_an_exception(monkeypatch):
     finally:
         monkeypatch.setattr(steps, "hook", None)
         _close(ring, r)
+
+
+def _second_wait_spins(monkeypatch, policy: WaitPolicy, first: str) -> int:
+    """Spins of a reader's second wait (no message: it times out), after a first wait that ended
+    quickly (``quick``: the writer publishes at the wait's second spinning look, 2 s of the 1 s a
+    read clock) or by a timeout (``timeout``)."""
+    monkeypatch.setattr(waiting, "time", _StepClock(1.0))
+    ring = ShmRingBuffer(1, 64, 2)
+    w = WriterEndpoint(ring, WaitPolicy(spin=0.0, recheck_interval=_FOREVER))
+    r = ReaderEndpoint(ring, 0, policy)
+    looks = []
+
+    def publish_at_the_third_look(action, side, index, reader):
+        if action == "ReaderLoadWritten" and side == 0:
+            looks.append(index)
+            if len(looks) == 3:  # wait_ready's own look, then the spin phase's first and second
+                _publish_unnotified(w, b"soon")
+
+    try:
+        monkeypatch.setattr(steps, "hook", publish_at_the_third_look if first == "quick" else None)
+        if first == "quick":
+            assert r.receive(lambda v: bytes(v[:4]), timeout=100.0) == (b"soon", None)
+        else:
+            with pytest.raises(RingTimeoutError):
+                r.wait_ready(timeout=4.0)
+        monkeypatch.setattr(steps, "hook", None)
+        before = r.counters.spins
+        with pytest.raises(RingTimeoutError):
+            r.wait_ready(timeout=20.0)
+        return r.counters.spins - before
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        r.release()
+        ring.close()
+        ring.unlink()
+
+
+@pytest.mark.parametrize(
+    "spin_max, first, spins",
+    [(20.0, "quick", 7), (5.0, "quick", 4), (20.0, "timeout", 1), (2.0, "quick", 1), (1.5, "quick", 1)],
+    ids=["adapted", "adapted-to-the-cap", "after-a-timeout", "cap-equal-to-spin", "cap-below-the-first-wait"],
+)
+def test_the_spin_budget_adapts_to_the_previous_wait(monkeypatch, spin_max, first, spins):
+    """The core's spin budget (rc_wait.c spin_budget), on a clock that moves 1 s per read: spin 2 s.
+    A wait that found its message 2 s after it began (within spin_max) makes the next one spin
+    for 4 x 2 = 8 s (7 yields: the looks at +1 ... +7 s yield, at +8 s it parks), or spin_max if
+    that is less (5 s: 4 yields); after a timeout, or with spin_max <= spin, or a first wait
+    longer than spin_max, it spins for spin (1 yield)."""
+    policy = WaitPolicy(spin=2.0, spin_max=spin_max, recheck_interval=1e-3)  # the park phase: 1 ms naps until the timeout
+    assert _second_wait_spins(monkeypatch, policy, first) == spins
+
+
+def test_spin_max_defaults_to_a_multiple_of_spin_and_is_validated():
+    assert WaitPolicy().spin_max == waiting.SPIN_MAX_FACTOR * waiting.DEFAULT_SPIN
+    assert WaitPolicy(spin=0.0).spin_max == 0.0  # spin=0 parks at once, always
+    with pytest.raises(ValueError, match="spin_max"):
+        WaitPolicy(spin_max=-1.0)
+
+
+def test_a_queue_stretches_its_spin_only_where_every_process_has_a_core():
+    """roles.wait_policy: with the writer and every local reader on a CPU of their own, the
+    default spin_max (10 x spin) and tight looks; with more processes than CPUs neither (a longer
+    spin takes a peer's core, docs/waiting.md), unless spin_max is given."""
+    from ringcast.roles import wait_policy
+
+    cpus = len(os.sched_getaffinity(0))
+    alone = wait_policy(1e-4, None, 0.1, 60.0, 0)
+    assert alone.spin_max == pytest.approx(1e-3) and alone.tight_looks > 0
+    crowded = wait_policy(1e-4, None, 0.1, 60.0, cpus)
+    assert crowded.spin_max == 1e-4 and crowded.tight_looks == 0
+    assert wait_policy(1e-4, 5e-4, 0.1, 60.0, cpus).spin_max == 5e-4

@@ -262,16 +262,18 @@ ep_bind(Endpoint *ep, PyObject *args)
     Cursor *c = (Cursor *)ep->cursor;
     PyObject *spin = PyObject_GetAttrString(policy, "spin"), *re = PyObject_GetAttrString(policy, "recheck_interval");
     PyObject *tl = PyObject_GetAttrString(policy, "tight_looks"), *fx = PyObject_GetAttrString(policy, "futex");
-    double sp = spin ? PyFloat_AsDouble(spin) : -1, rv = re ? PyFloat_AsDouble(re) : -1;
+    PyObject *sm = PyObject_GetAttrString(policy, "spin_max");
+    double sp = spin ? PyFloat_AsDouble(spin) : -1, rv = re ? PyFloat_AsDouble(re) : -1, smax = sm ? PyFloat_AsDouble(sm) : -1;
     long t = tl ? PyLong_AsLong(tl) : -1;
     int futex = fx ? PyObject_IsTrue(fx) : -1;
     Py_XDECREF(spin);
     Py_XDECREF(re);
     Py_XDECREF(tl);
     Py_XDECREF(fx);
+    Py_XDECREF(sm);
     if (PyErr_Occurred())
         return NULL;
-    ep->policy = (rc_policy){sp, rv, (uint32_t)(t < 0 ? 0 : t), futex};
+    ep->policy = (rc_policy){sp, rv, (uint32_t)(t < 0 ? 0 : t), futex, smax};
     struct {
         PyObject **slot, *obj;
         const char *name;

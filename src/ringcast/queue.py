@@ -59,7 +59,8 @@ class MessageQueue(QueueRole):
     ``wait_until_ready()``.
 
     Waiting (keyword-only, per queue side): ``spin`` seconds of ``sched_yield`` spinning before a
-    waiter parks (0 parks at once), ``recheck_interval`` the longest single park (dead peers are
+    waiter parks (0 parks at once), up to ``spin_max`` (default 10 x ``spin``) while messages come
+    less than that apart (:class:`~ringcast.waiting.WaitPolicy`), ``recheck_interval`` the longest single park (dead peers are
     checked before each park: at least this often), ``warn_interval`` how often a long wait is logged.
 
     Faults: a local reader found dead while the writer waits for it raises
@@ -102,6 +103,7 @@ class MessageQueue(QueueRole):
         enable_shm_tensor_arena: bool = False,
         *,
         spin: float = DEFAULT_SPIN,
+        spin_max: float | None = None,
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float | None = None,
         remote_insecure: bool = False,
@@ -114,7 +116,7 @@ class MessageQueue(QueueRole):
         channel.check_fd_headroom()
         if n_reader > n_local_reader:
             channel.check_remote_security(remote_insecure)
-        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), n_local_reader))
+        self._init_common(wait_policy(spin, spin_max, recheck_interval, warn_default(warn_interval), n_local_reader))
         self.n_reader, self.n_local_reader, self.n_remote_reader = n_reader, n_local_reader, n_reader - n_local_reader
         self.local_reader_ranks = local_reader_ranks
         self.local_reader_rank = -1
@@ -188,6 +190,7 @@ class MessageQueue(QueueRole):
         rank: int,
         *,
         spin: float = DEFAULT_SPIN,
+        spin_max: float | None = None,
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float | None = None,
         allowed_classes=None,
@@ -198,7 +201,7 @@ class MessageQueue(QueueRole):
         check_handle(handle, rank)
         channel.check_fd_headroom()
         self = object.__new__(MessageQueue)
-        self._init_common(wait_policy(spin, recheck_interval, warn_default(warn_interval), len(handle.local_reader_ranks)))
+        self._init_common(wait_policy(spin, spin_max, recheck_interval, warn_default(warn_interval), len(handle.local_reader_ranks)))
         if allowed_classes is not None:
             if isinstance(allowed_classes, str):
                 raise TypeError("allowed_classes must be an iterable of 'module.Name' strings, not one str")

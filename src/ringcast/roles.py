@@ -109,16 +109,19 @@ def check_rank_list(ranks, n_local_reader: int) -> list[int]:
     return ranks
 
 
-def wait_policy(spin, recheck_interval, warn_interval, n_local_reader: int) -> WaitPolicy:
-    """The wait policy of one side. Looks without yielding only while the writer and every local
-    reader can each have a CPU of their own (on 2 cores with 3 readers they would steal the
-    writer's core, see docs/waiting.md)."""
+def wait_policy(spin, spin_max, recheck_interval, warn_interval, n_local_reader: int) -> WaitPolicy:
+    """The wait policy of one side. Looks without yielding, and stretches its spin budget up to
+    ``spin_max`` (None: ``WaitPolicy``'s default), only while the writer and every local reader
+    can each have a CPU of their own (on 2 cores with 3 readers they would steal the writer's
+    core, see docs/waiting.md); else ``spin_max`` None means ``spin``."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         cpus = os.cpu_count() or 1
     tight = 64 if n_local_reader + 1 <= cpus else 0
-    return WaitPolicy(spin, recheck_interval, warn_interval, tight)
+    if spin_max is None and not tight:  # the same reason: a longer spin would take a peer's core
+        spin_max = spin
+    return WaitPolicy(spin, recheck_interval, warn_interval, tight, spin_max=spin_max)
 
 
 class QueueObserver(Observer):

@@ -7,7 +7,8 @@ busy step (the next one arrives within microseconds) and idle gaps (milliseconds
 pure ``sched_yield`` spinner (vLLM's ``_spin_wait``) serves the first well and the second badly:
 it burns a core per reader while the engine is idle, and on a 2-core machine three spinning
 readers starve the writer they wait for. A pure sleeper pays a kernel wake-up (tens of
-microseconds) on every message. So a waiter spins for ``spin`` seconds (``sched_yield``
+microseconds) on every message. So a waiter spins for ``spin`` seconds (stretched up to
+``spin_max`` while its previous wait was shorter than that: the core's ``spin_budget``; ``sched_yield``
 between looks, each preceded by the CPU's spin hint: ``pause`` on x86, ``yield`` on Arm,
 ringcast_fences.h's ``rc_spin_hint``), then parks in the kernel until the other side publishes.
 
@@ -64,7 +65,7 @@ from dataclasses import dataclass
 from . import _protocol
 from . import steps as _steps  # noqa: F401 - checks that the C extensions are built
 
-__all__ = ["WaitPolicy", "EventCount", "Counters", "Cancel", "DEFAULT_SPIN"]
+__all__ = ["WaitPolicy", "EventCount", "Counters", "Cancel", "DEFAULT_SPIN", "SPIN_MAX_FACTOR"]
 
 EventCount = _protocol.EventCount
 #: Mutable counters of one queue side (waits, spins, parks, wakeups, recheck_hits, timeouts,
@@ -77,6 +78,10 @@ Cancel = _protocol.Cancel
 #: one engine step (a few microseconds to ~100 us) without burning a core across idle gaps;
 #: docs/performance.md, "Conditions that move the figures" (``ringcast bench --ringcast-spin S``).
 DEFAULT_SPIN = 100e-6
+#: ``WaitPolicy.spin_max`` by default: this many times ``spin`` (1 ms at the default ``spin``),
+#: below the gaps of an idle engine (an engine step, ms) and above those of three readers taking
+#: turns on two cores (~100-300 us); docs/waiting.md, "The adaptive spin budget".
+SPIN_MAX_FACTOR = 10
 DEFAULT_RECHECK = 0.1
 DEFAULT_WARN = 60.0
 
@@ -113,8 +118,15 @@ class WaitPolicy:
     #: Park on the futex (the eventcount). False: park by timed 1 ms sleeps, the no-futex
     #: fallback (tools/bench_wake.py's ``poll-1ms`` mode measures it).
     futex: bool = True
+    #: The adaptive spin budget's cap (seconds; None: ``SPIN_MAX_FACTOR`` x ``spin``). A side
+    #: whose previous wait ended within ``spin_max`` spins up to twice that long (at least
+    #: ``spin``, at most ``spin_max``); after a longer wait, ``spin``. ``spin_max <= spin``: the
+    #: budget is always ``spin`` (``spin=0`` parks at once, always). docs/waiting.md.
+    spin_max: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin", _check_seconds("spin", self.spin))
+        cap = SPIN_MAX_FACTOR * self.spin if self.spin_max is None else self.spin_max
+        object.__setattr__(self, "spin_max", _check_seconds("spin_max", cap))
         object.__setattr__(self, "recheck_interval", _check_seconds("recheck_interval", self.recheck_interval, allow_zero=False))
         object.__setattr__(self, "warn_interval", _check_seconds("warn_interval", self.warn_interval, allow_zero=False))

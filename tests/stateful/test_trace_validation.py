@@ -337,5 +337,5 @@ def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
     from ringcast.trace.tracecheck import LOOKS
 
     tr = record_queue_run(seed=0)
-    assert tr["looks"] == LOOKS + wait_policy(0, 1, 1, 2).tight_looks
+    assert tr["looks"] == LOOKS + wait_policy(0, None, 1, 1, 2).tight_looks
     assert_matched(tr, tmp_path)

@@ -26,6 +26,7 @@ Every implementation but ``floor-arena`` is :mod:`.transports`' writer and reade
 the code ``ringcast bench`` runs; what this harness does its own way is the rest: the processes,
 the eventfd acks, the batches and the statistics.
 ``--heap`` puts every process in an allocator state (:mod:`.heap`): ``clean``, ``warm``, ``torch``.
+``--ringcast-spin S``: ringcast's spin budget (as ``ringcast bench``'s option).
 ``--acks poll``: the writer polls the eventfd with ``sched_yield`` instead of blocking on it (what
 ``ringcast bench``'s writer does), to measure what the waiting writer's CPU use changes.
 """
@@ -75,7 +76,7 @@ def applies(impl: str, payload: str) -> bool:
     return True
 
 
-def _open_writer(impl: str, n: int, loader):
+def _open_writer(impl: str, n: int, loader, spin: float | None = None):
     """``(send, reader_infos, connect, close)`` of ``impl``'s writer: :mod:`.transports`' writer
     of the same name (the code ``ringcast bench`` runs), but ``floor-arena``."""
     if impl == "floor-arena":
@@ -83,7 +84,7 @@ def _open_writer(impl: str, n: int, loader):
 
         w = FloorWriter(n, 72 << 20, 3)
         return w.send, [w.handle()] * n, w.wait_attached, w.close
-    w = make_writer(impl, None, loader)
+    w = make_writer(impl, spin, loader)
     try:
         info = w.prepare(n)
         return w.send, [w.reader_info(info, i) for i in range(n)], w.connect, w.close
@@ -158,7 +159,7 @@ def _p50(xs: list) -> float:
     return xs[len(xs) // 2]
 
 
-def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False) -> None:
+def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False, spin: float | None = None) -> None:
     from multiprocessing.reduction import DupFd
 
     from .cases import make_payload
@@ -166,7 +167,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False)
     apply_heap(heap)
     ctx = mp.get_context("spawn")
     efd = os.eventfd(0, os.EFD_NONBLOCK if poll else 0)
-    send, infos, connect, close = _open_writer(impl, n, loader)
+    send, infos, connect, close = _open_writer(impl, n, loader, spin)
     procs, conns = [], []
     payloads: dict = {}
     try:
@@ -241,7 +242,7 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True, mode: str = "pingpong") -> dict:
+def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scale: float = 1.0, loader=None, heap: str = "clean", acks: str = "block", progress=True, mode: str = "pingpong", spin: float | None = None) -> dict:
     """Run every (readers, payload, impl) ``repeats`` times, interleaved; see the module doc.
     ``mode="flood"``: each batch is sent back to back, and ``p50_us`` is the time per message
     until every reader has the last one (throughput: 1e6 / p50_us messages per second)."""
@@ -263,7 +264,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         try:
             for impl in live:
                 a, b = ctx.Pipe()
-                p = ctx.Process(target=_writer_main, args=(impl, n, b, loader, heap, acks == "poll"), name=f"harness-{impl}-w")  # not a daemon: it starts its readers
+                p = ctx.Process(target=_writer_main, args=(impl, n, b, loader, heap, acks == "poll", spin), name=f"harness-{impl}-w")  # not a daemon: it starts its readers
                 p.start()
                 b.close()
                 writers[impl] = (p, a)
@@ -310,7 +311,7 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         uptime = None
-    return {"heap": heap, "acks": acks, "mode": mode, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
+    return {"heap": heap, "acks": acks, "mode": mode, "ringcast_spin": spin, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
             "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
 
 
@@ -371,10 +372,11 @@ def main(argv=None) -> int:
     ap.add_argument("--heap", default="clean", choices=["clean", "warm", "torch"])
     ap.add_argument("--acks", default="block", choices=["block", "poll"], help="the writer blocks on the eventfd (default) or polls it with sched_yield, as ringcast bench's writer does")
     ap.add_argument("--mode", default="pingpong", choices=["pingpong", "flood"], help="flood: back to back; the one-way column is then the time per message until every reader has the last")
+    ap.add_argument("--ringcast-spin", type=float, help="the ringcast wait policy's spin budget in seconds (default: the library's), as ringcast bench's option")
     ap.add_argument("--vllm-loader")
     ap.add_argument("--out", help="write the JSON result here")
     a = ap.parse_args(argv)
-    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks, mode=a.mode)
+    res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks, mode=a.mode, spin=a.ringcast_spin)
     print(table(res))
     print(f"heap={res['heap']} acks={res['acks']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
     if a.out:

@@ -102,10 +102,11 @@ typedef struct rc_layout {
 
 /* How a side waits (ringcast.waiting.WaitPolicy). */
 typedef struct rc_policy {
-    double spin;             /* seconds of look-and-yield before parking */
+    double spin;             /* seconds of look-and-yield before parking, after a long wait */
     double recheck_interval; /* a park's longest sleep: dead-peer checks, lost wake-ups */
     uint32_t tight_looks;    /* looks before the first yield */
     int use_futex;           /* 0: park by timed sleeps (io->sleep) */
+    double spin_max;         /* the adaptive spin budget's cap (side_wait): <= spin, none */
 } rc_policy;
 
 /* A side's counters (MessageQueue.statistics()). */
@@ -129,6 +130,7 @@ typedef struct rc_side {
     rc_counters *counters;
     rc_cancel *cancel;
     size_t index; /* the chunk this side is at (writes / reads next) */
+    double last_wait; /* seconds the previous wait took until ready (0: none; 1e300: timed out or failed) */
     int side;     /* RC_WRITER or the reader's index */
     int planted;  /* a planted bug (rc_plant), read only by a -DRINGCAST_TEST_PLANTED build; 0 */
 } rc_side;

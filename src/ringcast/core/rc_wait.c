@@ -243,16 +243,32 @@ park(rc_side *s, double nap, int *ready)
     return rc;
 }
 
-/* Look until ready: tight looks, then look-and-yield for policy->spin seconds (the spin phase),
- * then park (the park phase) until ready, the timeout (< 0: none) or a cancel. */
+/* The spin budget of one wait. A side whose previous wait ended within policy->spin_max spins up
+ * to RC_SPIN_ADAPT times that long this time (at least spin, at most spin_max): messages a little
+ * more than spin apart, as three readers taking turns on two cores see them, are caught spinning
+ * instead of each paying a park and a kernel wake-up, and a gap that varies by up to that factor
+ * does not make it park. After a longer wait (or a timeout, or none yet) it spins for spin: a
+ * side idle between messages costs what it did. spin_max <= spin: always spin. */
+#define RC_SPIN_ADAPT 4.0
+
+static double
+spin_budget(const rc_policy *p, double last_wait)
+{
+    if (p->spin_max <= p->spin || last_wait > p->spin_max)
+        return p->spin;
+    double b = RC_SPIN_ADAPT * last_wait;
+    return b < p->spin ? p->spin : b > p->spin_max ? p->spin_max : b;
+}
+
+/* Look until ready: tight looks, then look-and-yield for the spin budget (the spin phase), then
+ * park (the park phase) until ready, the timeout (< 0: none) or a cancel. */
 static int
-side_wait(rc_side *s, double timeout)
+wait_phases(rc_side *s, double start, double timeout, double budget)
 {
     const rc_iface *io = s->io;
     const rc_policy *p = s->policy;
     int ready = 0, rc;
-    s->counters->waits++;
-    double start = io->now(io->ctx), deadline = timeout < 0 ? 1e300 : start + timeout;
+    double deadline = timeout < 0 ? 1e300 : start + timeout;
     for (uint32_t k = 0; k < p->tight_looks; k++) {
         if ((rc = look(s, &ready)) != RC_OK || ready)
             return rc;
@@ -262,7 +278,7 @@ side_wait(rc_side *s, double timeout)
         if ((rc = look(s, &ready)) != RC_OK || ready)
             return rc;
         double now = io->now(io->ctx);
-        if (now >= start + p->spin || now >= deadline)
+        if (now >= start + budget || now >= deadline)
             break;
         s->counters->spins++;
         rc_spin_hint();
@@ -296,4 +312,17 @@ side_wait(rc_side *s, double timeout)
         if (rc != RC_OK || ready)
             return rc;
     }
+}
+
+/* One wait (the writer's claim, a reader's wait for a message): wait_phases with this wait's spin
+ * budget, then note how long it took, the next budget's input. */
+static int
+side_wait(rc_side *s, double timeout)
+{
+    const rc_iface *io = s->io;
+    s->counters->waits++;
+    double start = io->now(io->ctx);
+    int rc = wait_phases(s, start, timeout, spin_budget(s->policy, s->last_wait));
+    s->last_wait = rc == RC_OK ? io->now(io->ctx) - start : 1e300;
+    return rc;
 }
