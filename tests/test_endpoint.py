@@ -37,6 +37,13 @@ def test_arguments_are_checked_by_name_and_position(ring):
         r.receive(timeout=0)
     with pytest.raises(TypeError, match="at most 1 positional"):
         r.wait_ready(0, 1)
+    with pytest.raises(TypeError, match=r"claim\(\) got an unexpected keyword argument 'timout'"):
+        w.claim(timout=0)
+    for timed in (w.claim, r.wait_ready):
+        with pytest.raises(ValueError, match="finite number of seconds >= 0, got -1"):
+            timed(timeout=-1)
+    with pytest.raises(TypeError, match="takes no arguments"):
+        w._commit_write(0)
     assert ring.flags(0) == b"\x00\x00\x00\x00" and w.index == 0  # nothing ran
     # the signatures the C methods declare (help(), inspect) are the ones they parse
     assert str(inspect.signature(WriterEndpoint.publish)) == "(self, /, parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None)"
@@ -59,7 +66,8 @@ def test_the_cursor_is_the_sides_and_set_once(ring):
 
 
 def test_an_endpoint_never_built_from_a_ring_raises():
-    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._finish,
+    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._finish, _WriterEndpoint().claim,
+                 _WriterEndpoint()._commit_write, _WriterEndpoint()._abort_write, _ReaderEndpoint().wait_ready,
                  _ReaderEndpoint().ready, lambda: _ReaderEndpoint().receive(bytes)):
         with pytest.raises(RuntimeError, match="not bound"):
             call()

@@ -224,7 +224,11 @@ def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch, read):
 
     rb = ShmRingBuffer(1, 64, 1)
     try:
-        w = WriterEndpoint(rb, POLICY, observer=Recorder())
+        rb.register_reader(0)
+        pid = rb.reader_process(0)[0]
+        Layout.write_process(rb.buf, Layout.reader_entry(0), pid, process_start_time() + 1)  # judged dead, yet it runs
+        obs = Recorder()
+        w = WriterEndpoint(rb, POLICY, observer=obs, evict_dead_readers=True)
         r = ReaderEndpoint(rb, 0, POLICY, observer=Recorder())
         w.publish((b"first",), timeout=0)
         done = []
@@ -232,13 +236,14 @@ def test_a_reader_evicted_while_it_copies_drops_the_copy(monkeypatch, read):
         def hook(action, side, index, reader):
             if action == "ReaderCopy" and not done:  # the writer acts between the reader's checks and its copy
                 done.append(1)
-                w.evict_dead([(0, 12345)])
-                w.publish((b"second",), timeout=0)  # reader 0's flag is set for good: the chunk is free
+                # the one chunk is unread: the writer parks, finds reader 0 dead and evicts it (the
+                # core's writer_idle); reader 0's flag is then set for good: the chunk is free
+                w.publish((b"second",), timeout=10)
 
         monkeypatch.setattr(steps, "hook", hook)
         with pytest.raises(EvictedError, match="evicted this reader"):
             read(r)
-        assert done and rb.reader_evicted(0)
+        assert done and rb.reader_evicted(0) and obs.calls[0] == ("evicted", [(0, pid)]) and w.counters.evictions == 1
         # the reader is gone (spec: "gone"): it did not ack (its cursor stays), and every later
         # receive says so at once instead of waiting on a ring it no longer belongs to (before:
         # it waited for a flag the eviction set for good, and timed out)

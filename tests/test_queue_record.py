@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ringcast.atomics import HAVE_FUTEX
 from ringcast.trace.serial import OBJECTS, big_of, record_queue_run
 from ringcast.trace.tracecheck import validate
 
-pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ringcast import ClosedError, HandleError, LayoutError, ShmRingBuffer, ShmSpaceError
-from ringcast import shm
+from ringcast import _protocol, shm
 from ringcast import steps as steps_mod
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.layout import LAYOUT_VERSION, MAX_READERS, Layout
@@ -320,9 +320,14 @@ def test_the_hook_is_one_value_and_must_be_callable():
             rb.unlink()
             rb.close()
         assert calls == [("WriterClaim", "writer", 0, None)]
-        with pytest.raises(TypeError, match="callable or None"):
-            steps_mod.set_step_hook(42)
-        assert steps_mod.hook is not None  # a refused hook changes nothing
+        installed = steps_mod.hook
+        for refused in (lambda: steps_mod.set_step_hook(42), lambda: setattr(steps_mod, "hook", 42)):
+            with pytest.raises(TypeError, match="callable or None"):
+                refused()
+            assert steps_mod.hook is installed is steps_mod.get_step_hook()  # a refused hook changes nothing
+            assert _protocol.get_hook() is installed  # in the C steps either
     finally:
         steps_mod.set_step_hook(None)
-    assert steps_mod.hook is None and steps_mod.get_step_hook() is None
+    assert steps_mod.hook is None and steps_mod.get_step_hook() is None and _protocol.get_hook() is None
+    # a Python step's check (the arena's) reads a plain attribute, no call into the extension
+    assert "hook" in vars(steps_mod) and not hasattr(type(steps_mod), "hook")

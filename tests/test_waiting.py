@@ -471,3 +471,57 @@ def test_a_queue_stretches_its_spin_only_where_every_process_has_a_core():
     crowded = wait_policy(1e-4, None, 0.1, 60.0, cpus)
     assert crowded.spin_max == 1e-4 and crowded.tight_looks == 0
     assert wait_policy(1e-4, 5e-4, 0.1, 60.0, cpus).spin_max == 5e-4
+
+
+class _SleepClock:
+    """ringcast.waiting's ``time``, test-side: time moves only when the waiter sleeps, by what it
+    asked for; ``on_sleep`` (if set) runs in each sleep, as another thread would meanwhile."""
+
+    def __init__(self, on_sleep=None) -> None:
+        self.now, self.sleeps, self.on_sleep = 0.0, [], on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(len(self.sleeps))
+
+
+@pytest.mark.timeout(30)
+def test_without_the_futex_a_waiter_parks_by_sleeps_of_at_most_a_millisecond(monkeypatch):
+    """WaitPolicy(futex=False), the no-futex fallback (the park phase's sleep branch in the core's
+    side_wait): no eventcount step at all (no snapshot, announce or futex sleep), timed sleeps of
+    min(1 ms, what is left), a look after each. A 3.5 ms timeout: 3 sleeps of 1 ms and one of
+    0.5 ms, then the timeout; a message published during the second sleep is found by the look
+    after it, and the writer's notify wakes no one (nobody announced)."""
+    actions = []
+
+    def record(action, side, index, reader):
+        if action.startswith("Park"):  # raised by the step: the wait ends at once
+            raise AssertionError(f"{action} by side {side}: an eventcount step with futex=False")
+        actions.append((action, side))
+
+    monkeypatch.setattr(waiting, "time", clock := _SleepClock())
+    ring = ShmRingBuffer(1, 64, 2)
+    policy = WaitPolicy(spin=0.0, recheck_interval=_FOREVER, futex=False)
+    w, r = WriterEndpoint(ring, policy), ReaderEndpoint(ring, 0, policy)
+    try:
+        monkeypatch.setattr(steps, "hook", record)
+        with pytest.raises(RingTimeoutError):
+            r.wait_ready(timeout=0.0035)
+        assert clock.sleeps == pytest.approx([1e-3, 1e-3, 1e-3, 0.5e-3])
+        assert (r.counters.parks, r.counters.timeouts, r.counters.spins) == (4, 1, 0)
+        # only looks (7: wait_ready's, the spin phase's, one after each sleep, the last at the timeout)
+        assert actions == [("ReaderLoadWritten", 0)] * 7
+
+        clock.sleeps.clear()
+        clock.on_sleep = lambda n: w.publish((b"during a sleep",), timeout=0) if n == 2 else None
+        assert r.receive(lambda v: bytes(v[:14]), timeout=10) == (b"during a sleep", None)
+        assert clock.sleeps == [1e-3, 1e-3] and r.counters.parks == 6
+        assert w.counters.wakeups == 0
+    finally:
+        monkeypatch.setattr(steps, "hook", None)
+        _close(ring, r)

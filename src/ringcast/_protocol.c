@@ -175,7 +175,7 @@ hook_trampoline(rc_action action, int side, size_t index, int reader)
     return take_back(&e, res != NULL) == RC_OK ? 0 : -1;
 }
 
-/* set_hook(fn or None) / get_hook(): the one step hook (ringcast.steps.hook is a view of it) */
+/* set_hook(fn or None) / get_hook(): the one step hook (ringcast.steps sets it and mirrors it in steps.hook) */
 static PyObject *
 set_hook(PyObject *self, PyObject *fn)
 {

@@ -13,6 +13,33 @@ enter(Endpoint *ep)
     return c;
 }
 
+/* A core entry point that is a whole method by itself: its result is the method's None. One member
+ * is set: the writer's without arguments, or a side's that takes the method's timeout=None. */
+typedef struct core_entry {
+    int (*writer)(rc_writer *w);
+    int (*writer_timed)(rc_writer *w, double timeout);
+    int (*reader_timed)(rc_reader *r, double timeout);
+} core_entry;
+
+/* Such a method: `name` (for argument errors) takes timeout=None, if the entry point does (else
+ * args are ignored: METH_NOARGS); enter, one call of the core, leave. */
+static PyObject *
+call_core(Endpoint *ep, core_entry fn, const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[1] = {"timeout"};
+    PyObject *a[1];
+    double timeout = RC_NO_TIMEOUT;
+    if (fn.writer == NULL && (parse(name, args, nargs, kwnames, names, 1, 1, 0, a) < 0 || seconds(a[0], &timeout) < 0))
+        return NULL;
+    Cursor *c = enter(ep);
+    if (c == NULL)
+        return NULL;
+    int rc = fn.writer         ? fn.writer(&c->st.w)
+             : fn.writer_timed ? fn.writer_timed(&c->st.w, timeout)
+                               : fn.reader_timed(&c->st.r, timeout);
+    return leave(ep, c, rc, Py_NewRef(Py_None));
+}
+
 /* ------------------------------------------------------------------------------ the writer -- */
 
 /* publish(parts, timeout=None, overflow=None, *, split_payload=False, unpublished=None) */
@@ -45,13 +72,7 @@ wep_publish(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
 static PyObject *
 wep_claim(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[1] = {"timeout"};
-    PyObject *a[1];
-    double timeout;
-    if (parse("claim()", args, nargs, kwnames, names, 1, 1, 0, a) < 0 || seconds(a[0], &timeout) < 0)
-        return NULL;
-    Cursor *c = enter(ep);
-    return c == NULL ? NULL : leave(ep, c, rc_writer_claim(&c->st.w, timeout), Py_NewRef(Py_None));
+    return call_core(ep, (core_entry){.writer_timed = rc_writer_claim}, "claim()", args, nargs, kwnames);
 }
 
 /* _acquire_write(timeout): the chunk's view, for the caller to fill (write_chunk) */
@@ -90,16 +111,14 @@ wep_acquire_write(Endpoint *ep, PyObject *arg)
 static PyObject *
 wep_commit_write(Endpoint *ep, PyObject *unused)
 {
-    Cursor *c = enter(ep);
-    return c == NULL ? NULL : leave(ep, c, rc_writer_commit(&c->st.w), Py_NewRef(Py_None));
+    return call_core(ep, (core_entry){.writer = rc_writer_commit}, NULL, NULL, 0, NULL);
 }
 
 /* _abort_write(): the caller's block failed: the message is dropped */
 static PyObject *
 wep_abort_write(Endpoint *ep, PyObject *unused)
 {
-    Cursor *c = enter(ep);
-    return c == NULL ? NULL : leave(ep, c, rc_writer_abort(&c->st.w), Py_NewRef(Py_None));
+    return call_core(ep, (core_entry){.writer = rc_writer_abort}, NULL, NULL, 0, NULL);
 }
 
 /* A single step of the side that needs the endpoint (tests and tools): rc_step */
@@ -133,8 +152,7 @@ ep_park_recheck(Endpoint *ep, PyObject *unused)
 static PyObject *
 wep_finish(Endpoint *ep, PyObject *unused)
 {
-    Cursor *c = enter(ep);
-    return c == NULL ? NULL : leave(ep, c, rc_writer_finish(&c->st.w), Py_NewRef(Py_None));
+    return call_core(ep, (core_entry){.writer = rc_writer_finish}, NULL, NULL, 0, NULL);
 }
 
 static PyObject *
@@ -218,13 +236,7 @@ rep_ready(Endpoint *ep, PyObject *unused)
 static PyObject *
 rep_wait_ready(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[1] = {"timeout"};
-    PyObject *a[1];
-    double timeout;
-    if (parse("wait_ready()", args, nargs, kwnames, names, 1, 1, 0, a) < 0 || seconds(a[0], &timeout) < 0)
-        return NULL;
-    Cursor *c = enter(ep);
-    return c == NULL ? NULL : leave(ep, c, rc_reader_wait(&c->st.r, timeout), Py_NewRef(Py_None));
+    return call_core(ep, (core_entry){.reader_timed = rc_reader_wait}, "wait_ready()", args, nargs, kwnames);
 }
 
 /* _acquire_read(timeout): the next chunk's view (read_chunk) */

@@ -11,12 +11,10 @@ Nothing here reads the environment.
 
 from __future__ import annotations
 
-import sys
-
 from . import steps as _steps  # noqa: F401 - first: its import checks the C extensions, with the fix in the message
 from . import _atomics as _native  # noqa: I001
 
-__all__ = ["HAVE_FUTEX", "TIMED_OUT", "fence", "load_u32", "address_of"]
+__all__ = ["TIMED_OUT", "fence", "load_u32", "address_of"]
 
 #: ParkSleep's (futex_wait's) result when its timeout expired (0: woken, 1: the value had changed, 3: a signal)
 TIMED_OUT = 2
@@ -24,5 +22,3 @@ TIMED_OUT = 2
 fence = _native.fence
 load_u32 = _native.load_u32
 address_of = _native.address_of
-#: parking uses the futex: Linux, the only platform the C extension builds on (ringcast_fences.h's futex is Linux's)
-HAVE_FUTEX = sys.platform.startswith("linux")

@@ -2,8 +2,8 @@
 
 :mod:`ringcast.ring` has the segment and the cursors over the core's steps (one C function per
 TLA+ action); :mod:`ringcast.waiting` the wait policy, counters and cancel request of the core's
-spin-then-park wait. These endpoints run the steps in the order spec/Ring.tla proves (this module
-is the only Python caller of the cursors' step methods: tests/test_structure.py): what
+spin-then-park wait. These endpoints run the steps in the order spec/Ring.tla proves (through the
+core: no module of the package calls the cursors' step methods, tests/test_structure.py): what
 :class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
 the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
@@ -16,8 +16,7 @@ messages), behind the thin binding ``ringcast._protocol`` whose ``_WriterEndpoin
 ``_abort_write`` and ``_acquire_read`` / ``_release_read``). There is no Python copy of it:
 ``write_chunk`` / ``read_chunk`` below are context managers around the core's halves. What
 stays here: construction (``_bind`` fills the core's interface once: the observer's methods,
-the ring's liveness, the counters, the cancel request, the wait policy), eviction between
-messages (``evict_dead``) and diagnostics.
+the ring's liveness, the counters, the cancel request, the wait policy) and diagnostics.
 
 Writer, one message (:meth:`WriterEndpoint.publish`)::
 
@@ -106,8 +105,8 @@ class Observer:
     raises a plain :class:`RingTimeoutError` and logs nothing.
 
     An observer reports and builds errors; it takes no protocol action (eviction is the
-    endpoint's decision: the core's while parked, :meth:`WriterEndpoint.evict_dead` between
-    messages). It must not refer to the object
+    endpoint's decision: the core's, while the writer is parked waiting for a dead reader:
+    ``evict_dead_readers``). It must not refer to the object
     that owns the endpoint (a MessageQueue): the endpoint holds it strongly, and a queue nobody
     closes must be freed as soon as its last reference goes (no cycle; :mod:`ringcast.lifetime`).
     The methods that take the endpoint read it (``index``, ``ring``, ``unread_readers()``), and
@@ -224,15 +223,6 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
             self._abort_write()
             raise
         self._commit_write()
-
-    def evict_dead(self, dead: list) -> None:
-        """Evict the readers of ``dead`` (``[(reader, pid)]``, found dead between messages): the
-        spec's WriterEvict for each (the ring's step, spec model ``evict_correct``), then tell the
-        observer. A parked writer's own evictions are the core's (``evict_dead_readers``)."""
-        for r, _pid in dead:
-            self.cursor._writer_evict(r)
-            self.counters.evictions += 1
-        self.observer.evicted(self, dead)
 
     # -- diagnostics -------------------------------------------------------------------------------
     def unread_readers(self) -> list[int]:

@@ -237,12 +237,6 @@ class RingWriter(_protocol._WriterSteps):
         super().__init__(*_offsets(ring))
         self.ring = ring
 
-    def data_view(self):
-        """The chunk at the cursor, for a caller that writes into it in place (unused in the package:
-        write_chunk takes its view from the core, ``_acquire_write``)."""
-        off = self.ring.layout.data(self.index)
-        return memoryview(self.ring.buf)[off : off + self.ring.max_chunk_bytes]
-
     def unread_readers(self) -> list[int]:
         flags = self.ring.flags(self.index)
         if flags[0] == 0:

@@ -24,8 +24,12 @@ told to go on; the trace recorder (:mod:`ringcast.trace.serial`) takes a global 
 reliability tests hang a process at a chosen step and kill it. In production each step costs
 one ``is None`` test, or a NULL test in C (tests/stateful/bench_hook.py measures them).
 
-:data:`hook` is one value, kept by the C steps' module: ``set_step_hook(fn)``, ``get_step_hook()``,
-reading ``steps.hook`` and assigning it (``monkeypatch.setattr(steps, "hook", fn)``) all reach it.
+:data:`hook` is one value, kept by the C steps' module (its tracepoint) and mirrored in this
+module's attribute, so that a Python step's check (the arena's) is one attribute read, not a call
+into the extension. Every way of setting it goes through this module and sets both, the C side
+first (which refuses a value that is neither callable nor None): ``set_step_hook(fn)`` and
+assigning ``steps.hook`` (``monkeypatch.setattr(steps, "hook", fn)``); ``get_step_hook()`` and
+reading ``steps.hook`` give it back. Nothing else calls ``_protocol.set_hook``.
 """
 
 from __future__ import annotations
@@ -44,21 +48,27 @@ except ImportError as e:  # pragma: no cover - a broken install
 __all__ = ["set_step_hook", "get_step_hook"]
 
 
+#: the installed step hook, or None (read by the Python steps as ``_steps.hook``; the C steps test
+#: their own pointer, the same value: assigning it sets both, :class:`_StepsModule`)
+hook = _protocol.get_hook()
+
+
 def set_step_hook(fn) -> None:
     """Install (or, with None, remove) the process-wide step hook. For tests and tracing."""
-    _protocol.set_hook(fn)
+    sys.modules[__name__].hook = fn
 
 
 def get_step_hook():
-    return _protocol.get_hook()
+    return hook
 
 
 class _StepsModule(types.ModuleType):
-    """This module, with :data:`hook` a view of the one hook (read by the Python steps as
-    ``_steps.hook``; the C steps test their own pointer, the same value)."""
+    """This module, whose :data:`hook` is installed in the C steps whenever it is assigned."""
 
-    hook = property(lambda self: _protocol.get_hook(), lambda self, fn: _protocol.set_hook(fn),
-                    doc="the installed step hook, or None")
+    def __setattr__(self, name: str, value) -> None:
+        if name == "hook":
+            _protocol.set_hook(value)  # first: a refused value changes neither
+        super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _StepsModule

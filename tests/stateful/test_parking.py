@@ -14,12 +14,10 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from ringcast.atomics import HAVE_FUTEX
-
 from .machine import budget, queue_machine
 from .queue_run import QueueRun
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")]
+pytestmark = pytest.mark.timeout(120)
 
 PARK = dict(spin=0, recheck=3600.0, tight_looks=0)
 

@@ -29,7 +29,6 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from ringcast.atomics import HAVE_FUTEX
 from ringcast.trace.serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace, record_queue_run, record_runs
 from ringcast.trace.tracecheck import mutation_table, validate
 
@@ -39,7 +38,6 @@ from .ring_run import RingRun, ScheduleFailure, trace_of
 
 # skip without TLC, fail under RINGCAST_REQUIRE_TLC=1; ring-level tests take 300 s at most
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("tlc")]
-needs_futex = pytest.mark.skipif(not HAVE_FUTEX, reason="parking needs the futex (C extension)")
 #: each TLC run's limit, under the test's own: a JVM that hangs is killed and reported with what it
 #: printed (a TLC failure), not left to the test's timeout, which shows only a stack (a run takes 2-15 s)
 TLC_SECONDS = 200
@@ -149,7 +147,6 @@ def assert_matched(tr: dict, tmp_path, why: str = "") -> None:
     assert res.ok, why + res.summary() + "\n" + res.output[-3000:]
 
 
-@needs_futex
 def test_acquire_write_and_read_are_recorded(pool, tmp_path):
     """acquire_write's chunk is one WriterWritePayload (its step point: the caller's stores), and
     acquire_read's copy and ack are ReaderCopy, ReaderAck: the harness model and TLC take the run."""
@@ -159,7 +156,6 @@ def test_acquire_write_and_read_are_recorded(pool, tmp_path):
     assert_matched(tr, tmp_path)
 
 
-@needs_futex
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_recorded_queue_runs_are_spec_behaviours(pool, tmp_path, seed):
     tr = record(pool, seed)
@@ -212,7 +208,6 @@ def replay(pool, steps: list) -> dict:
     return tr
 
 
-@needs_futex
 @pytest.mark.parametrize("copy_first", [False, True], ids=["as_recorded", "copy_before_publish"])
 def test_a_stale_recheck_goes_on_to_copy(pool, tmp_path, copy_first):
     """The rejected recorder run, replayed step by step on real processes: reader 0's re-check
@@ -243,7 +238,6 @@ def _wake_before_notify(trace):
     return trace[:w] + [trace[s]] + trace[w:s] + trace[s + 1:]
 
 
-@needs_futex
 @pytest.mark.parametrize("change", [_drop_publish, _wake_before_notify], ids=lambda f: f.__name__.strip("_"))
 def test_a_changed_trace_is_rejected(pool, tmp_path, change):
     """The check is not vacuous: a recorded trace, changed in one place, matches no behaviour."""
@@ -275,7 +269,6 @@ def _late_first_look(steps: list, kind: str, k: int) -> bool:
     return False
 
 
-@needs_futex
 def test_every_single_step_change_of_a_queue_trace_is_rejected(pool):
     """Each step dropped, duplicated, or swapped with the same process's next step, in two
     recorded runs (the second with acquire_write / acquire_read) and STALE_RECHECK:
@@ -308,7 +301,6 @@ def _model_accepts(tr: dict, steps: list) -> bool:
     return all(m.finished(p) for p in range(tr["NR"] + 1))
 
 
-@needs_futex
 def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
     """Adjacent steps of two processes swapped: many such swaps commute (a run of the code), the
     others must be rejected. TLC's verdict on each (one run) must be the Python model's."""
@@ -326,7 +318,6 @@ def test_swapped_steps_of_two_processes_are_judged_as_the_model_judges(pool):
     print(f"{len(swaps)} swaps of two processes' adjacent steps: {rejected} rejected, {len(swaps) - rejected} commute")
 
 
-@needs_futex
 def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
     """``ringcast stress --record-trace``'s runs wait as the queue's policy says: where the writer and
     both readers each have a CPU (roles.wait_policy) a wait looks 64 times more before it parks, and
