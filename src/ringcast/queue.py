@@ -60,8 +60,9 @@ class MessageQueue(QueueRole):
 
     Waiting (keyword-only, per queue side): ``spin`` seconds of ``sched_yield`` spinning before a
     waiter parks (0 parks at once), up to ``spin_max`` (default 10 x ``spin``) while messages come
-    less than that apart (:class:`~ringcast.waiting.WaitPolicy`), ``recheck_interval`` the longest single park (dead peers are
-    checked before each park: at least this often), ``warn_interval`` how often a long wait is logged.
+    less than that apart (:class:`~ringcast.waiting.WaitPolicy`), ``recheck_interval`` the longest
+    single park (dead peers are checked before each park: at least this often), ``warn_interval``
+    how often a long wait is logged.
 
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set

@@ -106,7 +106,7 @@ typedef struct rc_policy {
     double recheck_interval; /* a park's longest sleep: dead-peer checks, lost wake-ups */
     uint32_t tight_looks;    /* looks before the first yield */
     int use_futex;           /* 0: park by timed sleeps (io->sleep) */
-    double spin_max;         /* the adaptive spin budget's cap (side_wait): <= spin, none */
+    double spin_max;         /* the adaptive spin budget's cap (spin_budget); <= spin: no adapting */
 } rc_policy;
 
 /* A side's counters (MessageQueue.statistics()). */
