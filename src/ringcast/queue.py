@@ -30,7 +30,7 @@ from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
-from .framing import MARK_INLINE, Outbox, Pending, Pickler, Unpickler, frame
+from .framing import MARK_INLINE, WIRE_PART, Outbox, Pending, Pickler, Unpickler, frame
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
@@ -161,6 +161,7 @@ class MessageQueue(QueueRole):
         ip = connect_ip if connect_ip is not None else channel.default_ip()
         self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
         self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret)
+        self._outbox.part_bytes = 0 if remote_insecure else WIRE_PART  # CURVE: encrypt and decrypt overlap (framing)
         port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
         return channel.tcp_endpoint(ip, port), ":" in ip, curve_keys
 
