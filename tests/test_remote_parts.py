@@ -1,21 +1,24 @@
 """Large frames in parts to CURVE remote readers (issue 42): ZeroMQ's CURVE encrypts a frame whole
 on the writer's I/O thread and decrypts it whole on the reader's, so a 1 MiB frame is encrypted,
-then sent, then decrypted, one after the other. Sent in parts of ``framing.WIRE_PART`` bytes, the
+then sent, then decrypted, one after the other. Sent in parts of ``wire.WIRE_PART`` bytes, the
 reader decrypts one part while the writer encrypts the next. The wire head counts the parts and
 names each frame's; a reader unpickles a pickle in parts where it lies and joins a buffer in parts.
 Nothing here times anything: it checks what goes on the wire and what comes back."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
+import sys
 import threading
 
 import pytest
 import zmq
 
 from ringcast import MessageQueue, PayloadError
-from ringcast.framing import OWNED_MIN, WIRE_HEAD, WIRE_PART, Outbox, Pickler, Unpickler
+from ringcast.framing import Pickler, Unpickler
+from ringcast.wire import OWNED_MIN, WIRE_HEAD, WIRE_PART, Outbox
 
 _T = 30
 
@@ -40,13 +43,11 @@ def _wire(obj, part_bytes: int):
     return box.frames(parts, main_len, bufs, total)
 
 
-_PICKLE_OVERHEAD = len(pickle.dumps(bytes(OWNED_MIN), protocol=5)) - OWNED_MIN  # a large bytes' opcodes around it
-
 PAYLOADS = {
     "dict-1MiB": lambda: {"blob": os.urandom(1 << 20), "meta": list(range(8))},
-    "exact-multiple": lambda: os.urandom(4 * WIRE_PART - WIRE_HEAD.size - 4 - _PICKLE_OVERHEAD),  # head, table, pickle: 4 parts to the byte
+    "exact-multiples": lambda: (pickle.PickleBuffer(bytearray(os.urandom(3 * WIRE_PART))), os.urandom(2 * WIRE_PART)),
     "oob-buffers": lambda: (1, pickle.PickleBuffer(bytearray(os.urandom(3 * WIRE_PART + 1))), b"z" * (OWNED_MIN + 1),
-                            pickle.PickleBuffer(bytearray(b"small"))),
+                            pickle.PickleBuffer(bytearray(b"small")), bytearray(os.urandom(OWNED_MIN + 7))),
 }
 
 
@@ -58,19 +59,44 @@ def test_a_large_frame_goes_in_parts_and_comes_back_whole(name, allowed):
     seq, nparts, nframes = WIRE_HEAD.unpack_from(frames[0])
     assert (seq, nparts) == (5, len(frames)) and nparts > nframes
     assert all(len(f) <= WIRE_PART for f in frames)
-    if name == "exact-multiple":
-        assert len(frames) == 4 and all(len(f) == WIRE_PART for f in frames)
+    if name == "exact-multiples":  # the pickle around the bytes, the bytes in 2 parts, the buffer in 3
+        n = WIRE_PART
+        assert [len(f) for f in frames] == [len(frames[0]), n, n, len(frames[3]), n, n, n]
     assert _plain(Unpickler(allowed).from_wire(frames)) == _plain(obj)
 
 
-def test_without_part_bytes_every_frame_is_one_part():
-    """The default (overflow, remote_insecure): one ZeroMQ frame per frame, no parts table."""
-    obj = PAYLOADS["oob-buffers"]()
+def test_without_part_bytes_a_frame_is_one_part_but_for_bytes_by_reference():
+    """The default (overflow, remote_insecure): a frame whole, no parts table, unless a large
+    ``bytes`` in the pickle goes by reference (the pickle around it copied, in a part each side)."""
+    obj = (1, pickle.PickleBuffer(bytearray(os.urandom(3 * WIRE_PART))), bytearray(os.urandom(OWNED_MIN)))
     frames = _wire(obj, 0)
-    assert len(frames) == 3 and WIRE_HEAD.unpack_from(frames[0])[1:] == (3, 3)
+    assert len(frames) == 2 and WIRE_HEAD.unpack_from(frames[0])[1:] == (2, 2)
     assert _plain(Unpickler().from_wire(frames)) == _plain(obj)
     small = _wire({"a": 1}, WIRE_PART)  # nothing to split: no table either
     assert len(small) == 1 and WIRE_HEAD.unpack_from(small[0])[1:] == (1, 1)
+    blob = os.urandom(OWNED_MIN)
+    frames = _wire({"blob": blob}, 0)
+    assert len(frames) == 3 and WIRE_HEAD.unpack_from(frames[0])[1:] == (3, 1)
+    assert Unpickler().from_wire(frames) == {"blob": blob}
+
+
+def _address(buf) -> int:
+    m = memoryview(buf)  # a zmq.Frame's buffer is writable (even over a bytes): ctypes can name it
+    return ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+@pytest.mark.parametrize("part_bytes", [0, WIRE_PART])
+def test_a_large_bytes_goes_by_reference_and_nothing_mutable_does(part_bytes):
+    """No copy of an immutable ``bytes`` of OWNED_MIN or more (the writer's one copy of a 1 MiB
+    message was its largest cost): its parts are the caller's memory. A bytearray (mutable) of
+    the same size is copied, so the caller may change it once enqueue returned."""
+    blob, ba = os.urandom(2 * WIRE_PART), bytearray(os.urandom(2 * WIRE_PART))
+    frames = _wire({"blob": blob, "ba": ba}, part_bytes)
+    data = id(blob) + sys.getsizeof(b"") - 1  # CPython: a bytes' data follows its header
+    owners = [_address(f) - data for f in frames if isinstance(f, zmq.Frame)]
+    assert sorted(o for o in owners if 0 <= o < len(blob)) == ([0, WIRE_PART] if part_bytes else [0])
+    ba_at = _address(ba)
+    assert not [f for f in frames if isinstance(f, zmq.Frame) and 0 <= _address(f) - ba_at < len(ba)]
 
 
 @pytest.mark.parametrize("damage", ["part-lost", "table-corrupt"])
@@ -105,8 +131,9 @@ def _count_sends(monkeypatch, sock) -> list:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("insecure", [False, True], ids=["curve", "remote_insecure"])
 def test_curve_remote_readers_get_large_frames_in_parts(monkeypatch, insecure):
-    """A 1 MiB pickle and a 300 KiB buffer: with CURVE each goes in parts of at most WIRE_PART
-    bytes, with remote_insecure (no encryption to overlap) whole; the reader gets them back."""
+    """A 1 MiB pickle (a bytearray in it: copied) and a 300 KB buffer: with CURVE each goes in
+    parts of at most WIRE_PART bytes, with remote_insecure (no encryption to overlap) whole; the
+    reader gets them back."""
     w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     try:
@@ -115,14 +142,15 @@ def test_curve_remote_readers_get_large_frames_in_parts(monkeypatch, insecure):
         w.wait_until_ready(_T)
         t.join(_T)
         sent = _count_sends(monkeypatch, w.remote_socket.sock)
-        msg = {"blob": os.urandom(1 << 20), "buf": pickle.PickleBuffer(bytearray(os.urandom(300_000)))}
+        msg = {"ba": bytearray(os.urandom(1 << 20)), "buf": pickle.PickleBuffer(bytearray(os.urandom(300_000)))}
         w.enqueue(msg, timeout=_T)
         monkeypatch.undo()
         payload = sent[2:]  # routing id, topic, then the message's parts
         if insecure:
             assert len(payload) == 2
         else:
-            assert len(payload) == -(-(1 << 20) // WIRE_PART) + 1 + -(-300_000 // WIRE_PART)
+            first = sum(payload) - 300_000  # head, parts table and pickle (the bytearray's copy in it)
+            assert len(payload) == -(-first // WIRE_PART) + -(-300_000 // WIRE_PART) and first > 1 << 20
             assert max(payload) <= WIRE_PART
         assert _plain(r.dequeue(timeout=_T)) == _plain(msg)
     finally:

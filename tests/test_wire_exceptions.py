@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from ringcast import MessageQueue, PayloadError
-from ringcast.framing import WIRE_PART
+from ringcast.wire import WIRE_PART
 from ringcast.roles import ReaderObserver
 
 _T = 10
@@ -129,7 +129,7 @@ def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch,
 
 
 def test_a_frame_sent_twice_is_refused_by_remote_readers_not_delivered(monkeypatch):
-    """The one window the resumed remote send leaves (framing.Pending.send,
+    """The one window the resumed remote send leaves (wire.Pending.send,
     fanout.PeerSocket.send): an exception after ZeroMQ took a frame and before the socket
     counted it. The frame then goes out again; the remote reader refuses that torn message with
     a PayloadError and gets every other message, in order."""
@@ -198,7 +198,7 @@ def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monk
     """The remote socket sends a message to each remote reader in turn (fanout.PeerSocket), long
     frames shared between them. A KeyboardInterrupt at the 8th socket send of message 1 (the
     second reader's topic: each reader gets routing id, topic, head + pickle, and the 320 KB
-    buffer in 3 parts of framing.WIRE_PART, CURVE's) leaves the
+    buffer in 3 parts of wire.WIRE_PART, CURVE's) leaves the
     first reader served and the others owed; the next enqueue finishes message 1 for them first.
     Every reader gets 0, 1, 2, 3 with their bytes."""
     np = pytest.importorskip("numpy")

@@ -15,30 +15,34 @@ and ``ReaderRecvOverflow``, models ``overflow_*``):
   (``u64``), and the payload travels on the overflow channel as the message's *wire frames*.
 
 Wire frames (overflow payloads, and every message to remote readers): ``[head + pickle,
-*buffers]``, where ``head`` is ``u64 seq, u32 nparts, u32 nframes`` (:data:`WIRE_HEAD`): the
-writer's sequence number of the message (one per ``enqueue``, increasing), how many ZeroMQ
-frames (parts) the message has and how many frames it is made of. With CURVE remote readers a
-frame of at least OWNED_MIN bytes goes in parts of :data:`WIRE_PART` bytes (ZeroMQ encrypts
-each part as it sends it and the reader's decrypts each as it arrives, so the two overlap); then
-``nparts > nframes`` and ``nframes x u32`` (each frame's number of parts) follow the head. A
-reader unpickles a pickle in parts where it lies (no join) and joins a buffer in parts into one
-``bytearray``. A local reader takes an overflow payload only for the marker of the same number, and a
-remote reader only numbers above the last it took; a payload that does not pair (an exception
-interrupted an earlier receive, or an earlier send stopped between frames) is refused with a
-:class:`~ringcast.errors.PayloadError` that says which message was lost, never delivered in
-another's place (issue 37 point 4). A payload that arrives ahead of its marker is kept for it.
+*buffers]``, where ``head`` is ``u64 seq, u32 nparts, u32 nframes``
+(:data:`~ringcast.wire.WIRE_HEAD`): the writer's sequence number of the message (one per
+``enqueue``, increasing), how many ZeroMQ frames (parts) the message has and how many frames it
+is made of. A frame may go in several parts: a ``bytes`` of at least ``OWNED_MIN`` bytes in the
+pickle is a part of its own (sent by reference), and with CURVE remote readers every piece of at
+least ``OWNED_MIN`` bytes goes in parts of :data:`~ringcast.wire.WIRE_PART` bytes (ZeroMQ
+encrypts each part as it sends it and the reader's decrypts each as it arrives, so the two
+overlap). Then ``nparts > nframes`` and ``nframes x u32`` (each frame's number of parts) follow
+the head. A reader unpickles a pickle in parts where it lies (no join) and joins a buffer in
+parts into one ``bytearray``. A local reader takes an overflow payload only for the marker of
+the same number, and a remote reader only numbers above the last it took; a payload that does
+not pair (an exception interrupted an earlier receive, or an earlier send stopped between
+frames) is refused with a :class:`~ringcast.errors.PayloadError` that says which message was
+lost, never delivered in another's place (issue 37 point 4). A payload that arrives ahead of its
+marker is kept for it.
 
-Large wire frames are copied once, into a buffer the writer owns and reuses
-(:class:`Outbox`), and handed to ZeroMQ without a further copy; small ones are copied into
-ZeroMQ's memory (a buffer by ``zmq.Frame(copy=True)``; a small pickle frame is joined into one
-``bytes``, which the socket's ``send(copy=True)`` copies again). Either way nothing the caller
-owns is referenced once ``enqueue`` returns.
+A large ``bytes`` (immutable) goes to ZeroMQ by reference, without a copy. The rest of a large
+frame is copied once, into a buffer the writer owns and reuses
+(:class:`~ringcast.wire.Outbox`), and handed to ZeroMQ without a further copy; small ones are
+copied into ZeroMQ's memory (a buffer by ``zmq.Frame(copy=True)``; a small pickle piece is
+joined into one ``bytes``, which the socket's ``send(copy=True)`` copies again). Either way
+nothing the caller can change is referenced once ``enqueue`` returns.
 
 The writer pickles with :class:`~ringcast.pickling.PartsPickler` (no ``pickle.dumps`` copy: the
 pickle comes as parts, large ``bytes`` by reference); :func:`frame` picks the marker from the
 total size and lays the parts out (copied exactly once into the claimed chunk, by
-:meth:`~ringcast.endpoint.WriterEndpoint.publish`; once into the wire frames, plus ZeroMQ's copy
-of a small pickle frame). The pickle is the
+:meth:`~ringcast.endpoint.WriterEndpoint.publish`; at most once into the wire frames, plus
+ZeroMQ's copy of a small pickle piece). The pickle is the
 same as with ``pickle.dumps``. :class:`Unpickler` (with an optional allow-list) reads a chunk or
 frames back.
 """
@@ -48,16 +52,14 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-import weakref
-
-import zmq
 
 from .endpoint import OVERFLOW
 from .errors import PayloadError
 from .pickling import PartsPickler
+from .wire import WIRE_HEAD, Outbox
+from .wire import nbytes as _nbytes
 
-__all__ = ["INLINE", "MARK_INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "WIRE_HEAD", "WIRE_PART", "Pickler", "frame", "main_frame",
-           "Outbox", "Pending", "Unpickler"]
+__all__ = ["INLINE", "MARK_INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "Pickler", "frame", "Unpickler"]
 
 INLINE, OVERFLOW_MARKER, INLINE_OOB, INLINE_ARENA = 0, 1, 2, 3
 _OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
@@ -65,16 +67,6 @@ _U64 = struct.Struct("<Q")
 _SLOT = struct.Struct("<Qq")  # a buffer's length, its arena slot (-1: inline)
 MARK_INLINE = b"\x00"  # the first part of an inline chunk (MessageQueue.enqueue's fast path uses it)
 _MARKER = struct.Struct("<BQ")  # an overflow marker chunk: 1, the message's sequence number
-#: the head of a message's first wire part: its sequence number, its number of parts (ZeroMQ
-#: frames) and of frames (the pickle and each buffer); parts > frames: a frame was sent in several
-#: parts, and the head is followed by each frame's number of parts (u32 each)
-WIRE_HEAD = struct.Struct("<QII")
-#: the parts a frame of at least OWNED_MIN bytes is sent in to CURVE remote readers (Outbox.part_bytes)
-WIRE_PART = 128 * 1024
-#: wire frames of at least this many bytes go into the Outbox's buffers (zero copy to ZeroMQ);
-#: smaller ones are copied by ZeroMQ (below glibc's smallest mmap threshold: no page faults)
-OWNED_MIN = 128 * 1024
-_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 _REBUILD_TENSOR = "ringcast.pickling.rebuild_tensor"
 
 
@@ -85,18 +77,11 @@ def Pickler() -> PartsPickler:
     return PartsPickler(oob=True, tensors=True, one_thread=True)
 
 
-def main_frame(parts: list) -> bytes:
-    """The pickle as one private ``bytes`` frame."""
-    if len(parts) == 1 and type(parts[0]) is bytes:
-        return parts[0]
-    return b"".join(parts)
-
-
 def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: int, outbox: "Outbox", placement=None):
     """``(chunk parts, overflow frames)`` for a pickle of ``main_len`` bytes in ``parts`` with
     out-of-band ``bufs``, ``total`` bytes in all: message ``outbox.seq``. The overflow frames
-    (:meth:`Outbox.frames`) are None when the message fits the chunk. ``placement`` (a
-    :class:`Pending`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
+    (:meth:`~ringcast.wire.Outbox.frames`) are None when the message fits the chunk. ``placement`` (a
+    :class:`~ringcast.wire.Pending`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
     the tensor arena, if the rest then fits the chunk, and holds the slots it filled until the
     message is published or dropped (an exception in here gives them back)."""
     if not bufs:
@@ -126,127 +111,6 @@ def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: i
         head_bytes = b"\x02" + _OOB_HEAD.pack(len(bufs), main_len) + b"".join(_U64.pack(_nbytes(b)) for b in bufs)
         return (head_bytes, *parts, *bufs), None
     return (_MARKER.pack(1, outbox.seq),), outbox.frames(parts, main_len, bufs, total)
-
-
-class Pending:
-    """One message between its framing and its publish: the tensor-arena slots it filled
-    (``slots``, given to :func:`frame` as its ``placement``) and its wire frames for remote
-    readers (``wire``, with ``sent`` of them sent so far). :meth:`drop` (the message will never
-    be published: the ``unpublished`` callback of
-    :meth:`~ringcast.endpoint.WriterEndpoint.publish`, or an exception before the publish) gives
-    the slots back, once, and cancels the remote send; a message that was published keeps both
-    (its remote send is owed until it is done)."""
-
-    __slots__ = ("arena", "slots", "wire", "sent")
-
-    def __init__(self, arena) -> None:
-        self.arena = arena
-        self.slots = None
-        self.wire = None
-        self.sent = 0
-
-    def send(self, send) -> None:
-        """Send the wire frames not sent yet with ``send(frame, flags, copy=True)`` (a
-        :class:`~ringcast.fanout.PeerSocket`'s: it sends the topic and the frames to each remote
-        reader once it has the last frame). Each is counted as soon as the socket took it, so an
-        exception leaves the rest to the next call: the multipart message goes on where it
-        stopped, never restarts or interleaves with the next (the socket finishes a message cut
-        short when it is handed the same last frame again). This holds for an exception anywhere
-        but between ZeroMQ taking a frame and the count: that frame then goes out twice, and
-        remote readers refuse that torn message (its head counts its frames) with a PayloadError
-        and go on with the next."""
-        wire = self.wire
-        last = len(wire) - 1
-        while self.sent <= last:
-            k = self.sent
-            send(wire[k], _SNDMORE if k < last else 0, copy=True)
-            self.sent = k + 1
-
-    def drop(self) -> None:
-        self.wire = None
-        slots, self.slots = self.slots, None
-        if slots is not None:
-            self.arena.unplace(slots)
-
-
-class Outbox:
-    """The writer's side of the wire: it numbers messages (:attr:`seq`, advanced by the queue
-    once per ``enqueue``) and lays a message out as its wire frames (:meth:`frames`).
-
-    Frames of at least :data:`OWNED_MIN` bytes are copied into a buffer the outbox owns and
-    handed to ZeroMQ as zero-copy ``zmq.Frame`` objects (a ``send`` of a ``Frame`` never copies,
-    whatever its ``copy`` argument). A buffer is reused once ZeroMQ has released every frame of
-    it (its views are gone), so in a steady state no message allocates: no fresh ``mmap``, no
-    page faults, whatever the allocator's state (a fresh 1 MiB allocation above glibc's mmap
-    threshold faults 256 pages, and ``pickle``'s join plus ZeroMQ's copy made two per message).
-    At most ``keep`` buffers of at most ``max_bytes`` each are kept; a message that finds none
-    free gets a buffer of its own. The caller's objects are copied before :meth:`frames`
-    returns, so they may change as soon as ``enqueue`` returns."""
-
-    def __init__(self, keep: int = 3, max_bytes: int = 64 << 20) -> None:
-        self.seq = 0
-        self.keep = keep
-        self.max_bytes = max_bytes
-        #: 0, or send each owned frame longer than this in parts of this many bytes (the writer sets
-        #: WIRE_PART for CURVE remote readers: ZeroMQ encrypts and decrypts part by part)
-        self.part_bytes = 0
-        self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]]
-
-    def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
-        """The wire parts of message :attr:`seq`: the head and the pickle, then each buffer, a
-        frame of at least OWNED_MIN bytes in parts of at most :attr:`part_bytes`. Every part is
-        private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
-        nf = 1 + len(bufs)
-        if total < OWNED_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
-            return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
-        sizes = [WIRE_HEAD.size + main_len, *[_nbytes(b) for b in bufs]]
-        step, counts = self.part_bytes, None
-        if step:
-            sizes[0] += 4 * nf  # with the parts table
-            counts = [-(-n // step) if n >= OWNED_MIN and n > step else 1 for n in sizes]
-            if sum(counts) == nf:  # nothing to split: no table
-                sizes[0], counts = sizes[0] - 4 * nf, None
-        head = WIRE_HEAD.pack(self.seq, nf, nf) if counts is None else (
-            WIRE_HEAD.pack(self.seq, sum(counts), nf) + struct.pack(f"<{nf}I", *counts))
-        owned = sum(n for n in sizes if n >= OWNED_MIN)
-        if not owned:  # small buffers copied into ZeroMQ's memory now (private: a deferred send stays right)
-            return [b"".join((head, *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
-        entry = self._take(owned)
-        mv = memoryview(entry[0])
-        refs = entry[1] = []
-        out, off = [], 0
-        for k, n in enumerate(sizes):
-            if n < OWNED_MIN:
-                out.append(b"".join((head, *parts)) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
-                continue
-            for p in ((head, *parts) if k == 0 else (bufs[k - 1],)):
-                m = _nbytes(p)
-                mv[off : off + m] = p
-                off += m
-            for start in range(off - n, off, n if counts is None else step):
-                view = mv[start : min(off, start + (n if counts is None else step))]
-                refs.append(weakref.ref(view))
-                out.append(zmq.Frame(view, copy=False))
-        return out
-
-    def _take(self, n: int) -> list:
-        """A buffer of at least ``n`` bytes that ZeroMQ no longer holds."""
-        for e in self._bufs:
-            if all(r() is None for r in e[1]):
-                if len(e[0]) < n:
-                    if n > self.max_bytes:
-                        break
-                    e[0] = bytearray(-(-n // OWNED_MIN) * OWNED_MIN)  # rounded up: a slowly growing size reallocates rarely
-                return e
-        else:
-            if len(self._bufs) < self.keep and n <= self.max_bytes:
-                self._bufs.append([bytearray(-(-n // OWNED_MIN) * OWNED_MIN), []])
-                return self._bufs[-1]
-        return [bytearray(n), []]  # not kept: this message's own
-
-
-def _nbytes(b) -> int:
-    return b.nbytes if type(b) is memoryview else len(b)
 
 
 def _joined(parts: list) -> bytearray:

@@ -30,7 +30,8 @@ from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
-from .framing import MARK_INLINE, WIRE_PART, Outbox, Pending, Pickler, Unpickler, frame
+from .framing import MARK_INLINE, Pickler, Unpickler, frame
+from .wire import WIRE_PART, Outbox, Pending
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
@@ -173,7 +174,7 @@ class MessageQueue(QueueRole):
         self._unpickler = Unpickler()
         self._pickler = Pickler()
         self._outbox = Outbox()  # the writer's message numbers and wire buffers
-        self._remote_owed = None  # the framing.Pending whose remote send an exception cut short
+        self._remote_owed = None  # the wire.Pending whose remote send an exception cut short
         self._observer = None  # once the role is known: a WriterObserver, ReaderObserver or (remote) QueueObserver
         self._auth = None
         self._ready = False
