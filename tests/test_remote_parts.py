@@ -12,11 +12,13 @@ import os
 import pickle
 import sys
 import threading
+import tracemalloc
 
 import pytest
 import zmq
 
 from ringcast import MessageQueue, PayloadError
+from ringcast import wire
 from ringcast.framing import Pickler, Unpickler
 from ringcast.wire import OWNED_MIN, WIRE_HEAD, WIRE_PART, Outbox
 
@@ -156,3 +158,43 @@ def test_curve_remote_readers_get_large_frames_in_parts(monkeypatch, insecure):
     finally:
         w.close()
         r.close()
+
+
+def _collected() -> None:
+    """Wait until pyzmq's collector thread has let go of every zero-copy frame freed so far: it
+    takes them in order, so a tracked frame freed last is done last (10 s at most)."""
+    f = zmq.Frame(b"sentinel", copy=False, track=True)
+    t = f.tracker
+    del f
+    t.wait(10)
+
+
+def test_a_flood_reuses_wire_buffers_up_to_a_byte_budget():
+    """In a flood ZeroMQ holds the frames of every message still queued. The writer keeps wire
+    buffers up to a byte budget (64 MiB), so once 6 held messages of 1 MiB (a mutable buffer:
+    copied) are released, the next 6 reuse their buffers and allocate none. Before: 3 buffers
+    kept, and the 4th to 6th message of every such run allocated 1 MiB of its own (page faults
+    in the writer, docs/performance.md)."""
+    box, pk = Outbox(), Pickler()
+
+    def send(held: list) -> None:
+        parts, main_len, bufs, total = pk.dump(pickle.PickleBuffer(bytearray(1 << 20)))
+        held.append(box.frames(parts, main_len, bufs, total))
+
+    held: list = []
+    for _ in range(6):
+        send(held)
+    held.clear()
+    _collected()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(6):
+            send(held)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = [s for s in after.compare_to(before, "filename") if s.traceback[0].filename == wire.__file__ and s.size_diff >= 1 << 20]
+    assert not grown, grown
+    held.clear()
+    _collected()

@@ -181,26 +181,25 @@ class PeerSocket(Readmitting):
         """Send the message in ``_fan`` on from where it stopped: peer by peer, frame by frame
         (routing id, then its frames), each counted once ZeroMQ took it."""
         fan = self._fan
-        frames, peers = fan[0], fan[1]
+        frames, peers, i, k = fan[0], fan[1], fan[2], fan[3]
         last = len(frames)
-        sock = self.sock
-        while fan[2] < len(peers):
-            peer = peers[fan[2]]
-            while fan[3] <= last:
-                k = fan[3]
-                if k == 0:
-                    try:
-                        sock.send(peer, _SNDMORE)
-                    except zmq.ZMQError as e:
-                        if e.errno != zmq.EHOSTUNREACH:
-                            raise
-                        self._served.pop(peer, None)  # gone: forgotten
-                        break
-                else:
-                    sock.send(frames[k - 1], _SNDMORE if k < last else 0, copy=True)
-                fan[3] = k + 1
-            fan[2] += 1
-            fan[3] = 0
+        send = self.sock.send
+        while i < len(peers):
+            if k == 0:
+                try:
+                    send(peers[i], _SNDMORE)
+                except zmq.ZMQError as e:
+                    if e.errno != zmq.EHOSTUNREACH:
+                        raise
+                    self._served.pop(peers[i], None)  # gone: forgotten
+                    i = fan[2] = i + 1
+                    continue
+                k = fan[3] = 1
+            while k < last:
+                send(frames[k - 1], _SNDMORE, copy=True)
+                k = fan[3] = k + 1
+            send(frames[k - 1], 0, copy=True)
+            i, k = fan[2], fan[3] = i + 1, 0
         self._fan = None
 
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:

@@ -81,18 +81,19 @@ class Outbox:
     it (its views are gone), so in a steady state no message allocates: no fresh ``mmap``, no
     page faults, whatever the allocator's state (a fresh 1 MiB allocation above glibc's mmap
     threshold faults 256 pages, and ``pickle``'s join plus ZeroMQ's copy made two per message).
-    At most ``keep`` buffers of at most ``max_bytes`` each are kept; a message that finds none
-    free gets a buffer of its own. The caller's mutable objects are copied before :meth:`frames`
+    Buffers are kept up to ``budget`` bytes in all (as many as ZeroMQ holds at once in a flood,
+    up to that); a message that finds none free and no room in the budget (after giving up free
+    buffers too small for it) gets a buffer of its own. The caller's mutable objects are copied before :meth:`frames`
     returns, so they may change as soon as ``enqueue`` returns."""
 
-    def __init__(self, keep: int = 3, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, budget: int = 64 << 20) -> None:
         self.seq = 0
-        self.keep = keep
-        self.max_bytes = max_bytes
+        self.budget = budget
+        self._held = 0  # bytes of the buffers kept
         #: 0, or send each owned frame longer than this in parts of this many bytes (the writer sets
         #: WIRE_PART for CURVE remote readers: ZeroMQ encrypts and decrypts part by part)
         self.part_bytes = 0
-        self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]]
+        self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]], least recently used first
 
     def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
         """The wire parts of message :attr:`seq`: the head and the pickle, then each buffer. A
@@ -139,19 +140,27 @@ class Outbox:
         return out
 
     def _take(self, n: int) -> list:
-        """A buffer of at least ``n`` bytes that ZeroMQ no longer holds."""
-        for e in self._bufs:
+        """A buffer of at least ``n`` bytes that ZeroMQ no longer holds: the least recently used
+        kept one that fits, else a new kept one if the budget has room (free ones too small are
+        given up for it), else one of this message's own."""
+        bufs, small = self._bufs, []
+        for k, e in enumerate(bufs):
             if all(r() is None for r in e[1]):
-                if len(e[0]) < n:
-                    if n > self.max_bytes:
-                        break
-                    e[0] = bytearray(-(-n // OWNED_MIN) * OWNED_MIN)  # rounded up: a slowly growing size reallocates rarely
-                return e
-        else:
-            if len(self._bufs) < self.keep and n <= self.max_bytes:
-                self._bufs.append([bytearray(-(-n // OWNED_MIN) * OWNED_MIN), []])
-                return self._bufs[-1]
-        return [bytearray(n), []]  # not kept: this message's own
+                if len(e[0]) >= n:
+                    bufs.append(bufs.pop(k))
+                    return e
+                small.append(e)
+        size = -(-n // OWNED_MIN) * OWNED_MIN  # rounded up: a slowly growing size reallocates rarely
+        for e in small:
+            if self._held + size <= self.budget:
+                break
+            bufs.remove(e)
+            self._held -= len(e[0])
+        if self._held + size > self.budget:
+            return [bytearray(n), []]  # not kept: this message's own
+        self._held += size
+        bufs.append([bytearray(size), []])
+        return bufs[-1]
 
 
 def nbytes(b) -> int:
