@@ -7,6 +7,7 @@ Nothing here times anything: it checks what goes on the wire and what comes back
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -118,16 +119,32 @@ def test_a_message_in_parts_that_does_not_add_up_is_refused(damage):
 
 
 def _count_sends(monkeypatch, sock) -> list:
-    """Each frame ``sock`` sends, as its length."""
+    """Each frame ``sock`` sends."""
     orig, sent = zmq.Socket.send, []
 
     def send(self, data, *a, **kw):
         if self is sock:
-            sent.append(len(data))
+            sent.append(data)
         return orig(self, data, *a, **kw)
 
     monkeypatch.setattr(zmq.Socket, "send", send)
     return sent
+
+
+@contextlib.contextmanager
+def _remote_pair(insecure: bool):
+    """A writer and its one remote reader (TCP on 127.0.0.1), handshake done; closed at exit."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        t = threading.Thread(target=r.wait_until_ready, args=(_T,))
+        t.start()
+        w.wait_until_ready(_T)
+        t.join(_T)
+        yield w, r
+    finally:
+        w.close()
+        r.close()
 
 
 @pytest.mark.timeout(120)
@@ -136,18 +153,12 @@ def test_curve_remote_readers_get_large_frames_in_parts(monkeypatch, insecure):
     """A 1 MiB pickle (a bytearray in it: copied) and a 300 KB buffer: with CURVE each goes in
     parts of at most WIRE_PART bytes, with remote_insecure (no encryption to overlap) whole; the
     reader gets them back."""
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
-    r = MessageQueue.create_from_handle(w.export_handle(), 0)
-    try:
-        t = threading.Thread(target=r.wait_until_ready, args=(_T,))
-        t.start()
-        w.wait_until_ready(_T)
-        t.join(_T)
+    with _remote_pair(insecure) as (w, r):
         sent = _count_sends(monkeypatch, w.remote_socket.sock)
         msg = {"ba": bytearray(os.urandom(1 << 20)), "buf": pickle.PickleBuffer(bytearray(os.urandom(300_000)))}
         w.enqueue(msg, timeout=_T)
         monkeypatch.undo()
-        payload = sent[2:]  # routing id, topic, then the message's parts
+        payload = [len(f) for f in sent[2:]]  # routing id, topic (the first part is a zmq.Frame), the parts
         if insecure:
             assert len(payload) == 2
         else:
@@ -155,9 +166,20 @@ def test_curve_remote_readers_get_large_frames_in_parts(monkeypatch, insecure):
             assert len(payload) == -(-first // WIRE_PART) + -(-300_000 // WIRE_PART) and first > 1 << 20
             assert max(payload) <= WIRE_PART
         assert _plain(r.dequeue(timeout=_T)) == _plain(msg)
-    finally:
-        w.close()
-        r.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("insecure", [False, True], ids=["curve", "remote_insecure"])
+def test_a_small_message_carries_its_topic_in_its_one_frame(monkeypatch, insecure):
+    """A message whose first frame is ``bytes`` (every small one) goes to a remote reader as one
+    frame, the topic in front, not as a topic frame and a message frame: one ZeroMQ send, one
+    CURVE box and one receive less per message and reader. The reader strips it."""
+    with _remote_pair(insecure) as (w, r):
+        sent = _count_sends(monkeypatch, w.remote_socket.sock)
+        w.enqueue({"step": 7}, timeout=_T)
+        monkeypatch.undo()
+        assert len(sent) == 2 and sent[1][: len(w.remote_socket.topic)] == w.remote_socket.topic  # routing id, one frame
+        assert r.dequeue(timeout=_T) == {"step": 7}
 
 
 def _collected() -> None:

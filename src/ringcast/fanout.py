@@ -12,7 +12,8 @@ A reader (:class:`ringcast.remote.RemoteSub`, a DEALER) sends ``b"\\x01" + topic
 subscription of the XPUB days, same bytes) and, with ``remote_insecure``, first its challenge
 ``b"\\x01" + topic + nonce``. The writer answers a challenge to that connection only, admits a
 connection whose subscription presents the topic (once: a second one counts for nothing), and
-sends every message, ``[topic, frames...]``, to each admitted connection in turn. A connection
+sends every message, ``[topic, frames...]`` (``[topic + first frame, frames...]`` when the first
+frame is ``bytes``: one frame less per message), to each admitted connection in turn. A connection
 that sends more than PEER_MESSAGES_MAX upstream messages (a reader sends one or two) is dropped:
 logged once at WARNING with its address, never served again, and what it sends later is read and
 discarded (at most READMIT_BATCH messages per message the writer sends). libzmq 4.3.5 cannot
@@ -166,7 +167,9 @@ class PeerSocket(Readmitting):
         self._out.append(data)
         if int(flags) & _SNDMORE:
             return
-        frames, self._out = [self.topic, *self._out], []
+        out, self._out = self._out, []
+        first = out[0]  # a bytes one (small) carries the topic in front: one frame less to send, encrypt, receive
+        frames = [self.topic + first, *out[1:]] if type(first) is bytes else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer
             frames = [zmq.Frame(f, copy=True) if type(f) is bytes and len(f) >= SHARE_MIN else f for f in frames]
         self._fan = [frames, list(self._served), 0, 0, data]

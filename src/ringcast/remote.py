@@ -3,7 +3,7 @@
 With CurveZMQ (the default) the handle carries the writer's public key, so the CURVE handshake
 itself proves the server. With ``remote_insecure=True`` (ZMTP PLAIN, cleartext) nothing in ZMTP
 does: PLAIN authenticates the client to the server only. The handle's secret (``topic``) then
-never goes on the wire: the client's PLAIN password, the topic frame of every message and the
+never goes on the wire: the client's PLAIN password, the topic of every message and the
 key of the writer's proof are three separate HMAC-SHA256 derivations of it (:func:`derive`), so
 what a server learns from a reader (password, subscriptions) gives it neither the secret nor the
 proof key.
@@ -31,7 +31,8 @@ Each connection proves its server before the reader accepts a message from it:
   seconds; after RECONNECT_WINDOW seconds without a connection (a completed ZMTP handshake) it
   raises :class:`DeadWriterError` naming the address and the time waited.
 
-The per-message cost is one comparison of the topic frame: nothing is hashed per message.
+The per-message cost is one comparison of the topic (a frame of its own, or the start of the
+message's first frame: :mod:`ringcast.fanout`): nothing is hashed per message.
 Messages the writer sends between a reconnection and the reader's subscription to the wire topic
 (the writer answers the proof before its next message, at most every READMIT_INTERVAL) do not
 reach that reader, as messages sent while it was disconnected do not.
@@ -109,7 +110,7 @@ def credentials(sock, topic: bytes, curve_keys) -> None:
 
 class RemoteSub:
     """A remote reader's socket (module docstring): a DEALER of one connection at a time, replaced
-    when it ends; ``recv_multipart`` strips the topic frame and returns None for what the reader
+    when it ends; ``recv_multipart`` strips the topic and returns None for what the reader
     skips (its proof, a READY after its handshake). Its handshake state (``ready_again``,
     ``after_ready``) reads as :class:`ringcast.channel.TopicSocket`'s."""
 
@@ -215,14 +216,18 @@ class RemoteSub:
         if self._handshakes > 1:  # a second connection: this message may be another server's
             self._replace()
             return None
-        head = frames[0] if copy else frames[0].bytes
-        if self._proven and head == self.topic:
-            frames = frames[1:]
+        if self._proven:
+            first, t = frames[0], self.topic
+            if len(first) == len(t) and memoryview(first) == t:  # the topic frame
+                frames = frames[1:]
+            elif len(first) > len(t) and memoryview(first)[: len(t)] == t:  # the topic in front of the first frame
+                frames[0] = memoryview(first)[len(t) :]
+            else:
+                return None  # no message of this queue (the writer sends none such): skipped
             if self.after_ready and is_ready(frames):
                 return None
             return frames
-        if self._proven:
-            return None  # no message of this queue (the writer sends none such): skipped
+        head = frames[0] if copy else frames[0].bytes
         if (head == self.topic + self._nonce and len(frames) == 2
                 and hmac.compare_digest(bytes(frames[1]), proof(self._secret, self._nonce))):
             self._proven = True
