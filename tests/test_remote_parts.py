@@ -21,7 +21,7 @@ import zmq
 from ringcast import MessageQueue, PayloadError
 from ringcast import wire
 from ringcast.framing import Pickler, Unpickler
-from ringcast.wire import OWNED_MIN, WIRE_HEAD, WIRE_PART, Outbox
+from ringcast.wire import BYREF_MIN, OWNED_MIN, WIRE_HEAD, WIRE_PART, Outbox
 
 _T = 30
 
@@ -220,3 +220,14 @@ def test_a_flood_reuses_wire_buffers_up_to_a_byte_budget():
     assert not grown, grown
     held.clear()
     _collected()
+
+
+def test_a_64_kib_bytes_goes_by_reference_too():
+    """CPython's pickler writes a ``bytes`` of 64 KiB or more apart (PartsPickler hands it over
+    as a part of its own): from that size on it goes to ZeroMQ by reference (BYREF_MIN), where
+    it was joined into the pickle's frame and copied again by the socket's send."""
+    blob = os.urandom(BYREF_MIN)
+    frames = _wire(("d", 1, 2, blob), 0)
+    data = id(blob) + sys.getsizeof(b"") - 1
+    assert [_address(f) - data for f in frames if isinstance(f, zmq.Frame)] == [0] and len(frames) == 3
+    assert Unpickler().from_wire(frames) == ("d", 1, 2, blob)

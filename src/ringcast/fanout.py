@@ -13,7 +13,8 @@ subscription of the XPUB days, same bytes) and, with ``remote_insecure``, first 
 ``b"\\x01" + topic + nonce``. The writer answers a challenge to that connection only, admits a
 connection whose subscription presents the topic (once: a second one counts for nothing), and
 sends every message, ``[topic, frames...]`` (``[topic + first frame, frames...]`` when the first
-frame is ``bytes``: one frame less per message), to each admitted connection in turn. A connection
+frame is a ``bytes`` under SHARE_MIN: one frame less per message), to each admitted connection
+in turn. A connection
 that sends more than PEER_MESSAGES_MAX upstream messages (a reader sends one or two) is dropped:
 logged once at WARNING with its address, never served again, and what it sends later is read and
 discarded (at most READMIT_BATCH messages per message the writer sends). libzmq 4.3.5 cannot
@@ -168,8 +169,8 @@ class PeerSocket(Readmitting):
         if int(flags) & _SNDMORE:
             return
         out, self._out = self._out, []
-        first = out[0]  # a bytes one (small) carries the topic in front: one frame less to send, encrypt, receive
-        frames = [self.topic + first, *out[1:]] if type(first) is bytes else [self.topic, *out]
+        first = out[0]  # a small bytes one carries the topic in front: one frame less to send, encrypt, receive
+        frames = [self.topic + first, *out[1:]] if type(first) is bytes and len(first) < SHARE_MIN else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer
             frames = [zmq.Frame(f, copy=True) if type(f) is bytes and len(f) >= SHARE_MIN else f for f in frames]
         self._fan = [frames, list(self._served), 0, 0, data]

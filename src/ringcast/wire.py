@@ -14,17 +14,20 @@ import weakref
 
 import zmq
 
-__all__ = ["WIRE_HEAD", "WIRE_PART", "OWNED_MIN", "Outbox", "Pending", "nbytes"]
+__all__ = ["WIRE_HEAD", "WIRE_PART", "OWNED_MIN", "BYREF_MIN", "Outbox", "Pending", "nbytes"]
 
 #: the head of a message's first wire part: its sequence number, its number of parts (ZeroMQ
 #: frames) and of frames (the pickle and each buffer); parts > frames: a frame was sent in several
 #: parts, and the head is followed by each frame's number of parts (u32 each)
 WIRE_HEAD = struct.Struct("<QII")
-#: the parts a frame of at least OWNED_MIN bytes is sent in to CURVE remote readers (Outbox.part_bytes)
+#: the parts a large piece (a by-reference bytes, a copied run of OWNED_MIN or more) goes in to CURVE readers
 WIRE_PART = 128 * 1024
 #: wire frames of at least this many bytes go into the Outbox's buffers (zero copy to ZeroMQ);
 #: smaller ones are copied by ZeroMQ (below glibc's smallest mmap threshold: no page faults)
 OWNED_MIN = 128 * 1024
+#: a ``bytes`` in the pickle of at least this many bytes goes to ZeroMQ by reference, not copied
+#: (CPython's pickler writes one of 64 KiB or more apart: a part of its own, PartsPickler)
+BYREF_MIN = 64 * 1024
 _SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 
 
@@ -73,7 +76,7 @@ class Outbox:
     """The writer's side of the wire: it numbers messages (:attr:`seq`, advanced by the queue
     once per ``enqueue``) and lays a message out as its wire frames (:meth:`frames`).
 
-    A ``bytes`` of at least :data:`OWNED_MIN` bytes in the pickle (the caller's or the pickler's:
+    A ``bytes`` of at least :data:`BYREF_MIN` bytes in the pickle (the caller's or the pickler's:
     immutable) is handed to ZeroMQ by reference, as parts of its own. Other runs of at least
     :data:`OWNED_MIN` bytes are copied into a buffer the outbox owns and
     handed to ZeroMQ as zero-copy ``zmq.Frame`` objects (a ``send`` of a ``Frame`` never copies,
@@ -97,12 +100,12 @@ class Outbox:
 
     def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
         """The wire parts of message :attr:`seq`: the head and the pickle, then each buffer. A
-        ``bytes`` of at least OWNED_MIN bytes (immutable: the caller's own, or private) goes by
+        ``bytes`` of at least BYREF_MIN bytes (immutable: the caller's own, or private) goes by
         reference, the rest is copied: runs of at least OWNED_MIN bytes into an owned buffer,
         smaller ones into ``bytes`` or a ``zmq.Frame`` of their own. Large pieces go in parts of
         at most :attr:`part_bytes` (0: whole). Nothing the caller can change is referenced."""
         nf = 1 + len(bufs)
-        if total < OWNED_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
+        if total < BYREF_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
             return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
         step, table = self.part_bytes, 4 * nf
         pieces = [_pieces(parts, WIRE_HEAD.size + table), *[_pieces((b,), 0) for b in bufs]]
@@ -169,12 +172,12 @@ def nbytes(b) -> int:
 
 
 def _pieces(objs, first: int) -> list:
-    """A frame's pieces, ``[by reference, objects, bytes]``: each ``bytes`` of at least OWNED_MIN
+    """A frame's pieces, ``[by reference, objects, bytes]``: each ``bytes`` of at least BYREF_MIN
     bytes by reference, the runs between them copied; ``first`` bytes (the head) come first."""
     out, run, n = [], [], first
     for p in objs:
         m = nbytes(p)
-        if type(p) is bytes and m >= OWNED_MIN:
+        if type(p) is bytes and m >= BYREF_MIN:
             if n:
                 out.append([False, run, n])
             out.append([True, [p], m])
