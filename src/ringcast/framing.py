@@ -18,7 +18,7 @@ Wire frames (overflow payloads, and every message to remote readers): ``[head + 
 *buffers]``, where ``head`` is ``u64 seq, u32 nparts, u32 nframes``
 (:data:`~ringcast.wire.WIRE_HEAD`): the writer's sequence number of the message (one per
 ``enqueue``, increasing), how many ZeroMQ frames (parts) the message has and how many frames it
-is made of. A frame may go in several parts: a ``bytes`` of at least ``BYREF_MIN`` (64 KiB) in the
+is made of. A frame may go in several parts: a ``bytes`` of at least ``BYREF_MIN`` (128 KiB) in the
 pickle is a part of its own (sent by reference), and with CURVE remote readers every piece of at
 least ``OWNED_MIN`` bytes goes in parts of :data:`~ringcast.wire.WIRE_PART` bytes (ZeroMQ
 encrypts each part as it sends it and the reader's decrypts each as it arrives, so the two

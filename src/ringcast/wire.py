@@ -26,8 +26,10 @@ WIRE_PART = 128 * 1024
 #: smaller ones are copied by ZeroMQ (below glibc's smallest mmap threshold: no page faults)
 OWNED_MIN = 128 * 1024
 #: a ``bytes`` in the pickle of at least this many bytes goes to ZeroMQ by reference, not copied
-#: (CPython's pickler writes one of 64 KiB or more apart: a part of its own, PartsPickler)
-BYREF_MIN = 64 * 1024
+#: (CPython's pickler writes one of 64 KiB or more apart, PartsPickler). Not from 64 KiB: a
+#: zero-copy frame is let go by pyzmq's collector thread, which must take the GIL from the
+#: writer; at 64 KiB that cost more than the two copies (enqueue p50 111 -> 190 us, load ~4.5)
+BYREF_MIN = 128 * 1024
 _SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 
 
