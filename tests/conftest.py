@@ -100,7 +100,7 @@ def _fail_on_new(snapshot, what: str):
 def zmq_zero_copy_collector():
     """pyzmq's garbage-collector thread (a context of its own: eventfds and an inproc socket)
     starts at a process's first zero-copy frame and lives as long as the process. A writer's
-    large wire frames are zero copy (ringcast.framing.Outbox), so it is started here, before
+    large wire frames are zero copy (ringcast.wire.Outbox), so it is started here, before
     the first descriptor snapshot, rather than counted as the leak of whichever test is first."""
     import zmq
 

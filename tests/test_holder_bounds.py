@@ -158,7 +158,7 @@ def test_a_connection_over_the_cap_is_dropped_once_and_its_messages_ignored(capl
     assert ps.admit(ps.recv_multipart()) is True
     router.sent.clear()
     ps.send(b"m")
-    assert router.sent == [b"\x00good", topic, b"m"]  # the message goes to the admitted connection only
+    assert router.sent == [b"\x00good", topic + b"m"]  # to the admitted connection only (a bytes first frame: the topic in front)
 
 
 def test_the_writer_tracks_a_bounded_number_of_connections():

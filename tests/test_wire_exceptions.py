@@ -10,6 +10,7 @@ import pytest
 import zmq
 
 from ringcast import MessageQueue, PayloadError
+from ringcast.wire import WIRE_PART
 from ringcast.roles import ReaderObserver
 
 _T = 10
@@ -88,10 +89,11 @@ def test_the_lost_payload_error_names_the_message(monkeypatch):
         r.close()
 
 
-@pytest.mark.parametrize("at", [0, 1, 2], ids=["routing-id", "topic", "pickle"])
+@pytest.mark.parametrize("at", [0, 1, 2], ids=["routing-id", "topic-and-pickle", "buffer"])
 def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch, at):
     """Issue 37 point 5: the remote send after the publish. A KeyboardInterrupt at the ``at``-th
-    socket send of message 1 (its routing id, topic, first frame: head and pickle) ends enqueue(1) with
+    socket send of message 1 (its routing id, its first frame: topic, head and pickle, its buffer)
+    ends enqueue(1) with
     message 1 published to the local reader; the next enqueue sends the rest of it first, so
     the remote reader gets 0, 1, 2, 3 as the local one does. Before the fix the remote reader
     missed message 1 (``topic``) or got its frames run into message 2's."""
@@ -128,7 +130,7 @@ def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch,
 
 
 def test_a_frame_sent_twice_is_refused_by_remote_readers_not_delivered(monkeypatch):
-    """The one window the resumed remote send leaves (framing.Pending.send,
+    """The one window the resumed remote send leaves (wire.Pending.send,
     fanout.PeerSocket.send): an exception after ZeroMQ took a frame and before the socket
     counted it. The frame then goes out again; the remote reader refuses that torn message with
     a PayloadError and gets every other message, in order."""
@@ -142,7 +144,7 @@ def test_a_frame_sent_twice_is_refused_by_remote_readers_not_delivered(monkeypat
         def send(self, *a, **kw):
             if self is target:
                 calls.append(1)
-                if len(calls) == 3:  # message 0: routing id, topic, head + pickle (taken, then the exception), buffer
+                if len(calls) == 2:  # message 0: routing id, topic + head + pickle (taken, then the exception), buffer
                     orig(self, *a, **kw)
                     raise KeyboardInterrupt
             return orig(self, *a, **kw)
@@ -195,8 +197,9 @@ def test_an_exception_between_the_arena_placement_and_the_publish_gives_the_slot
 
 def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monkeypatch):
     """The remote socket sends a message to each remote reader in turn (fanout.PeerSocket), long
-    frames shared between them. A KeyboardInterrupt at the 6th socket send of message 1 (the
-    second reader's topic: each reader gets routing id, topic, head + pickle, buffer) leaves the
+    frames shared between them. A KeyboardInterrupt at the 8th socket send of message 1 (the
+    second reader's topic: each reader gets routing id, topic, head + pickle (20 KB: too long to
+    carry the topic in front), and the 320 KB buffer in 3 parts of wire.WIRE_PART, CURVE's) leaves the
     first reader served and the others owed; the next enqueue finishes message 1 for them first.
     Every reader gets 0, 1, 2, 3 with their bytes."""
     np = pytest.importorskip("numpy")
@@ -210,14 +213,15 @@ def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monk
 
         def send(self, *a, **kw):
             if self is target:
-                calls.append(1)
-                if len(calls) == 6:
+                calls.append(a[0])
+                if len(calls) == 8:
                     raise KeyboardInterrupt
             return orig(self, *a, **kw)
 
         monkeypatch.setattr(zmq.Socket, "send", send)
         with pytest.raises(KeyboardInterrupt):
             w.enqueue((1, b"b" * 20_000, np.ones(40_000)), timeout=_T)
+        assert calls[7] == w.remote_socket.topic and -(-320_000 // WIRE_PART) == 3  # the second reader's topic, as said
         monkeypatch.undo()
         for k in (2, 3):
             w.enqueue((k, bytes([k]) * 20_000, np.full(10, k)), timeout=_T)

@@ -12,7 +12,9 @@ A reader (:class:`ringcast.remote.RemoteSub`, a DEALER) sends ``b"\\x01" + topic
 subscription of the XPUB days, same bytes) and, with ``remote_insecure``, first its challenge
 ``b"\\x01" + topic + nonce``. The writer answers a challenge to that connection only, admits a
 connection whose subscription presents the topic (once: a second one counts for nothing), and
-sends every message, ``[topic, frames...]``, to each admitted connection in turn. A connection
+sends every message, ``[topic, frames...]`` (``[topic + first frame, frames...]`` when the first
+frame is a ``bytes`` under SHARE_MIN: one frame less per message), to each admitted connection
+in turn. A connection
 that sends more than PEER_MESSAGES_MAX upstream messages (a reader sends one or two) is dropped:
 logged once at WARNING with its address, never served again, and what it sends later is read and
 discarded (at most READMIT_BATCH messages per message the writer sends). libzmq 4.3.5 cannot
@@ -153,7 +155,7 @@ class PeerSocket(Readmitting):
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False) -> None:
         """One frame of a message; the message goes out (to every admitted connection) with its
         last frame. An exception leaves the rest of it to the next call, which finishes it first:
-        a call with the same last frame again (framing.Pending.send resumes that way) only
+        a call with the same last frame again (wire.Pending.send resumes that way) only
         finishes it. So only an exception between ZeroMQ taking a frame and this counting it
         sends a frame twice (that peer's message is then torn: its reader refuses it)."""
         fan = self._fan
@@ -166,7 +168,9 @@ class PeerSocket(Readmitting):
         self._out.append(data)
         if int(flags) & _SNDMORE:
             return
-        frames, self._out = [self.topic, *self._out], []
+        out, self._out = self._out, []
+        first = out[0]  # a small bytes one carries the topic in front: one frame less to send, encrypt, receive
+        frames = [self.topic + first, *out[1:]] if type(first) is bytes and len(first) < SHARE_MIN else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer
             frames = [zmq.Frame(f, copy=True) if type(f) is bytes and len(f) >= SHARE_MIN else f for f in frames]
         self._fan = [frames, list(self._served), 0, 0, data]
@@ -181,26 +185,25 @@ class PeerSocket(Readmitting):
         """Send the message in ``_fan`` on from where it stopped: peer by peer, frame by frame
         (routing id, then its frames), each counted once ZeroMQ took it."""
         fan = self._fan
-        frames, peers = fan[0], fan[1]
+        frames, peers, i, k = fan[0], fan[1], fan[2], fan[3]
         last = len(frames)
-        sock = self.sock
-        while fan[2] < len(peers):
-            peer = peers[fan[2]]
-            while fan[3] <= last:
-                k = fan[3]
-                if k == 0:
-                    try:
-                        sock.send(peer, _SNDMORE)
-                    except zmq.ZMQError as e:
-                        if e.errno != zmq.EHOSTUNREACH:
-                            raise
-                        self._served.pop(peer, None)  # gone: forgotten
-                        break
-                else:
-                    sock.send(frames[k - 1], _SNDMORE if k < last else 0, copy=True)
-                fan[3] = k + 1
-            fan[2] += 1
-            fan[3] = 0
+        send = self.sock.send
+        while i < len(peers):
+            if k == 0:
+                try:
+                    send(peers[i], _SNDMORE)
+                except zmq.ZMQError as e:
+                    if e.errno != zmq.EHOSTUNREACH:
+                        raise
+                    self._served.pop(peers[i], None)  # gone: forgotten
+                    i = fan[2] = i + 1
+                    continue
+                k = fan[3] = 1
+            while k < last:
+                send(frames[k - 1], _SNDMORE, copy=True)
+                k = fan[3] = k + 1
+            send(frames[k - 1], 0, copy=True)
+            i, k = fan[2], fan[3] = i + 1, 0
         self._fan = None
 
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:

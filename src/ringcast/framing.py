@@ -15,25 +15,34 @@ and ``ReaderRecvOverflow``, models ``overflow_*``):
   (``u64``), and the payload travels on the overflow channel as the message's *wire frames*.
 
 Wire frames (overflow payloads, and every message to remote readers): ``[head + pickle,
-*buffers]``, where ``head`` is ``u64 seq, u32 nframes`` (:data:`WIRE_HEAD`): the writer's
-sequence number of the message (one per ``enqueue``, increasing) and how many frames the message
-has. A local reader takes an overflow payload only for the marker of the same number, and a
-remote reader only numbers above the last it took; a payload that does not pair (an exception
-interrupted an earlier receive, or an earlier send stopped between frames) is refused with a
-:class:`~ringcast.errors.PayloadError` that says which message was lost, never delivered in
-another's place (issue 37 point 4). A payload that arrives ahead of its marker is kept for it.
+*buffers]``, where ``head`` is ``u64 seq, u32 nparts, u32 nframes``
+(:data:`~ringcast.wire.WIRE_HEAD`): the writer's sequence number of the message (one per
+``enqueue``, increasing), how many ZeroMQ frames (parts) the message has and how many frames it
+is made of. A frame may go in several parts: a ``bytes`` of at least ``BYREF_MIN`` (128 KiB) in the
+pickle is a part of its own (sent by reference), and with CURVE remote readers every piece of at
+least ``OWNED_MIN`` bytes goes in parts of :data:`~ringcast.wire.WIRE_PART` bytes (ZeroMQ
+encrypts each part as it sends it and the reader's decrypts each as it arrives, so the two
+overlap). Then ``nparts > nframes`` and ``nframes x u32`` (each frame's number of parts) follow
+the head. A reader unpickles a pickle in parts where it lies (no join) and joins a buffer in
+parts into one ``bytearray``. A local reader takes an overflow payload only for the marker of
+the same number, and a remote reader only numbers above the last it took; a payload that does
+not pair (an exception interrupted an earlier receive, or an earlier send stopped between
+frames) is refused with a :class:`~ringcast.errors.PayloadError` that says which message was
+lost, never delivered in another's place (issue 37 point 4). A payload that arrives ahead of its
+marker is kept for it.
 
-Large wire frames are copied once, into a buffer the writer owns and reuses
-(:class:`Outbox`), and handed to ZeroMQ without a further copy; small ones are copied into
-ZeroMQ's memory (a buffer by ``zmq.Frame(copy=True)``; a small pickle frame is joined into one
-``bytes``, which the socket's ``send(copy=True)`` copies again). Either way nothing the caller
-owns is referenced once ``enqueue`` returns.
+A large ``bytes`` (immutable) goes to ZeroMQ by reference, without a copy. The rest of a large
+frame is copied once, into a buffer the writer owns and reuses
+(:class:`~ringcast.wire.Outbox`), and handed to ZeroMQ without a further copy; small ones are
+copied into ZeroMQ's memory (a buffer by ``zmq.Frame(copy=True)``; a small pickle piece is
+joined into one ``bytes``, which the socket's ``send(copy=True)`` copies again). Either way
+nothing the caller can change is referenced once ``enqueue`` returns.
 
 The writer pickles with :class:`~ringcast.pickling.PartsPickler` (no ``pickle.dumps`` copy: the
 pickle comes as parts, large ``bytes`` by reference); :func:`frame` picks the marker from the
 total size and lays the parts out (copied exactly once into the claimed chunk, by
-:meth:`~ringcast.endpoint.WriterEndpoint.publish`; once into the wire frames, plus ZeroMQ's copy
-of a small pickle frame). The pickle is the
+:meth:`~ringcast.endpoint.WriterEndpoint.publish`; at most once into the wire frames, plus
+ZeroMQ's copy of a small pickle piece). The pickle is the
 same as with ``pickle.dumps``. :class:`Unpickler` (with an optional allow-list) reads a chunk or
 frames back.
 """
@@ -43,16 +52,14 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-import weakref
-
-import zmq
 
 from .endpoint import OVERFLOW
 from .errors import PayloadError
 from .pickling import PartsPickler
+from .wire import WIRE_HEAD, Outbox
+from .wire import nbytes as _nbytes
 
-__all__ = ["INLINE", "MARK_INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "WIRE_HEAD", "Pickler", "frame", "main_frame",
-           "Outbox", "Pending", "Unpickler"]
+__all__ = ["INLINE", "MARK_INLINE", "OVERFLOW_MARKER", "INLINE_OOB", "INLINE_ARENA", "Pickler", "frame", "Unpickler"]
 
 INLINE, OVERFLOW_MARKER, INLINE_OOB, INLINE_ARENA = 0, 1, 2, 3
 _OOB_HEAD = struct.Struct("<IQ")  # nbuf, main_len
@@ -60,12 +67,6 @@ _U64 = struct.Struct("<Q")
 _SLOT = struct.Struct("<Qq")  # a buffer's length, its arena slot (-1: inline)
 MARK_INLINE = b"\x00"  # the first part of an inline chunk (MessageQueue.enqueue's fast path uses it)
 _MARKER = struct.Struct("<BQ")  # an overflow marker chunk: 1, the message's sequence number
-#: the head of a message's first wire frame: its sequence number, its number of frames
-WIRE_HEAD = struct.Struct("<QI")
-#: wire frames of at least this many bytes go into the Outbox's buffers (zero copy to ZeroMQ);
-#: smaller ones are copied by ZeroMQ (below glibc's smallest mmap threshold: no page faults)
-OWNED_MIN = 128 * 1024
-_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 _REBUILD_TENSOR = "ringcast.pickling.rebuild_tensor"
 
 
@@ -76,18 +77,11 @@ def Pickler() -> PartsPickler:
     return PartsPickler(oob=True, tensors=True, one_thread=True)
 
 
-def main_frame(parts: list) -> bytes:
-    """The pickle as one private ``bytes`` frame."""
-    if len(parts) == 1 and type(parts[0]) is bytes:
-        return parts[0]
-    return b"".join(parts)
-
-
 def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: int, outbox: "Outbox", placement=None):
     """``(chunk parts, overflow frames)`` for a pickle of ``main_len`` bytes in ``parts`` with
     out-of-band ``bufs``, ``total`` bytes in all: message ``outbox.seq``. The overflow frames
-    (:meth:`Outbox.frames`) are None when the message fits the chunk. ``placement`` (a
-    :class:`Pending`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
+    (:meth:`~ringcast.wire.Outbox.frames`) are None when the message fits the chunk. ``placement`` (a
+    :class:`~ringcast.wire.Pending`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
     the tensor arena, if the rest then fits the chunk, and holds the slots it filled until the
     message is published or dropped (an exception in here gives them back)."""
     if not bufs:
@@ -119,111 +113,56 @@ def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: i
     return (_MARKER.pack(1, outbox.seq),), outbox.frames(parts, main_len, bufs, total)
 
 
-class Pending:
-    """One message between its framing and its publish: the tensor-arena slots it filled
-    (``slots``, given to :func:`frame` as its ``placement``) and its wire frames for remote
-    readers (``wire``, with ``sent`` of them sent so far). :meth:`drop` (the message will never
-    be published: the ``unpublished`` callback of
-    :meth:`~ringcast.endpoint.WriterEndpoint.publish`, or an exception before the publish) gives
-    the slots back, once, and cancels the remote send; a message that was published keeps both
-    (its remote send is owed until it is done)."""
-
-    __slots__ = ("arena", "slots", "wire", "sent")
-
-    def __init__(self, arena) -> None:
-        self.arena = arena
-        self.slots = None
-        self.wire = None
-        self.sent = 0
-
-    def send(self, send) -> None:
-        """Send the wire frames not sent yet with ``send(frame, flags, copy=True)`` (a
-        :class:`~ringcast.fanout.PeerSocket`'s: it sends the topic and the frames to each remote
-        reader once it has the last frame). Each is counted as soon as the socket took it, so an
-        exception leaves the rest to the next call: the multipart message goes on where it
-        stopped, never restarts or interleaves with the next (the socket finishes a message cut
-        short when it is handed the same last frame again). This holds for an exception anywhere
-        but between ZeroMQ taking a frame and the count: that frame then goes out twice, and
-        remote readers refuse that torn message (its head counts its frames) with a PayloadError
-        and go on with the next."""
-        wire = self.wire
-        last = len(wire) - 1
-        while self.sent <= last:
-            k = self.sent
-            send(wire[k], _SNDMORE if k < last else 0, copy=True)
-            self.sent = k + 1
-
-    def drop(self) -> None:
-        self.wire = None
-        slots, self.slots = self.slots, None
-        if slots is not None:
-            self.arena.unplace(slots)
+def _joined(parts: list) -> bytearray:
+    """An out-of-band buffer that came in several parts, in one writable buffer of its own."""
+    out = bytearray(sum(len(p) for p in parts))
+    mv, off = memoryview(out), 0
+    for p in parts:
+        p = memoryview(p)  # a zmq.Frame straight into a memoryview slice crashes pyzmq 27.3 (its buffer lacks shape)
+        mv[off : off + len(p)] = p
+        off += len(p)
+    return out
 
 
-class Outbox:
-    """The writer's side of the wire: it numbers messages (:attr:`seq`, advanced by the queue
-    once per ``enqueue``) and lays a message out as its wire frames (:meth:`frames`).
+class _PartsFile:
+    """A pickle in several parts (buffers), read in place: the ``read``/``readinto``/``readline``
+    that :class:`pickle.Unpickler` asks of a file. A large ``bytes`` in the pickle is read with
+    ``readinto`` straight into the new object, so the parts are copied once, as by ``pickle.loads``."""
 
-    Frames of at least :data:`OWNED_MIN` bytes are copied into a buffer the outbox owns and
-    handed to ZeroMQ as zero-copy ``zmq.Frame`` objects (a ``send`` of a ``Frame`` never copies,
-    whatever its ``copy`` argument). A buffer is reused once ZeroMQ has released every frame of
-    it (its views are gone), so in a steady state no message allocates: no fresh ``mmap``, no
-    page faults, whatever the allocator's state (a fresh 1 MiB allocation above glibc's mmap
-    threshold faults 256 pages, and ``pickle``'s join plus ZeroMQ's copy made two per message).
-    At most ``keep`` buffers of at most ``max_bytes`` each are kept; a message that finds none
-    free gets a buffer of its own. The caller's objects are copied before :meth:`frames`
-    returns, so they may change as soon as ``enqueue`` returns."""
+    __slots__ = ("_parts", "_k", "_off")
 
-    def __init__(self, keep: int = 3, max_bytes: int = 64 << 20) -> None:
-        self.seq = 0
-        self.keep = keep
-        self.max_bytes = max_bytes
-        self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]]
+    def __init__(self, parts: list) -> None:
+        self._parts = [memoryview(p) for p in parts]
+        self._k = self._off = 0
 
-    def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
-        """The wire frames of message :attr:`seq`: the head and the pickle, then each buffer.
-        Every frame is private: ``bytes``, or a ``zmq.Frame`` holding a copy."""
-        head = WIRE_HEAD.pack(self.seq, 1 + len(bufs))
-        sizes = [_nbytes(b) for b in bufs]
-        first = WIRE_HEAD.size + main_len
-        owned = (first if first >= OWNED_MIN else 0) + sum(n for n in sizes if n >= OWNED_MIN)
-        if not owned:  # small buffers copied into ZeroMQ's memory now (private: a deferred send stays right)
-            return [b"".join((head, *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
-        entry = self._take(owned)
-        mv = memoryview(entry[0])
-        refs = entry[1] = []
-        out, off = [], 0
-        for k, n in enumerate([first, *sizes]):
-            if n < OWNED_MIN:
-                out.append(b"".join((head, *parts)) if k == 0 else zmq.Frame(bufs[k - 1], copy=True))
-                continue
-            for p in ((head, *parts) if k == 0 else (bufs[k - 1],)):
-                m = _nbytes(p)
-                mv[off : off + m] = p
-                off += m
-            view = mv[off - n : off]
-            refs.append(weakref.ref(view))
-            out.append(zmq.Frame(view, copy=False))
-        return out
+    def readinto(self, b) -> int:
+        out, got = memoryview(b), 0
+        want, parts, k, off = len(out), self._parts, self._k, self._off
+        while got < want and k < len(parts):
+            p = parts[k]
+            m = min(len(p) - off, want - got)
+            out[got : got + m] = p[off : off + m]
+            got, off = got + m, off + m
+            if off == len(p):
+                k, off = k + 1, 0
+        self._k, self._off = k, off
+        return got
 
-    def _take(self, n: int) -> list:
-        """A buffer of at least ``n`` bytes that ZeroMQ no longer holds."""
-        for e in self._bufs:
-            if all(r() is None for r in e[1]):
-                if len(e[0]) < n:
-                    if n > self.max_bytes:
-                        break
-                    e[0] = bytearray(-(-n // OWNED_MIN) * OWNED_MIN)  # rounded up: a slowly growing size reallocates rarely
-                return e
-        else:
-            if len(self._bufs) < self.keep and n <= self.max_bytes:
-                self._bufs.append([bytearray(-(-n // OWNED_MIN) * OWNED_MIN), []])
-                return self._bufs[-1]
-        return [bytearray(n), []]  # not kept: this message's own
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = sum(len(p) for p in self._parts[self._k:]) - self._off
+        k, off = self._k, self._off
+        if k < len(self._parts) and off + n < len(self._parts[k]):  # within one part: one copy
+            self._off = off + n
+            return bytes(self._parts[k][off : off + n])
+        b = bytearray(n)
+        return bytes(memoryview(b)[: self.readinto(b)])
 
-
-def _nbytes(b) -> int:
-    return b.nbytes if type(b) is memoryview else len(b)
+    def readline(self) -> bytes:  # only protocols 0-2 read lines (the queue pickles with 5)
+        out = bytearray()
+        while not out.endswith(b"\n") and self.readinto(c := bytearray(1)):
+            out += c
+        return bytes(out)
 
 
 class _AllowListUnpickler(pickle.Unpickler):
@@ -247,7 +186,7 @@ class _AllowListUnpickler(pickle.Unpickler):
 
 class Unpickler:
     """Reads messages back: from a chunk's view (:meth:`from_chunk`, run during ReaderCopy) or
-    from overflow frames (:meth:`from_frames`). ``allowed`` None trusts the writer (plain
+    from wire parts (:meth:`from_wire`, :meth:`from_overflow`). ``allowed`` None trusts the writer (plain
     pickle); a frozenset of ``"module.Name"`` strings restricts what may be constructed.
     ``name`` names the reader in error messages, and ``endpoint`` (the reader's
     :class:`~ringcast.endpoint.ReaderEndpoint`, None for a remote reader) the slot being read;
@@ -268,41 +207,57 @@ class Unpickler:
         return -1 if self.endpoint is None else self.endpoint.index
 
     def loads(self, data, buffers=()):
+        if type(data) is list:  # a pickle in several wire parts: read where it lies, never joined
+            f = _PartsFile(data)
+            return (pickle.Unpickler(f, buffers=buffers) if self.allowed is None
+                    else _AllowListUnpickler(f, self.allowed, buffers=buffers)).load()
         if self.allowed is None:
             return pickle.loads(data, buffers=buffers)
         return _AllowListUnpickler(io.BytesIO(data), self.allowed, buffers=buffers).load()
 
-    def from_frames(self, frames: list, head: int = 0):
-        """The object in ``[pickle, *buffers]``, the pickle after ``head`` bytes of frame 0."""
+    def _load(self, main, bufs: list):
+        """The object in the pickle ``main`` (a buffer, or a list of parts) with ``bufs``."""
         try:
-            return self.loads(memoryview(frames[0])[head:] if head else frames[0], frames[1:])
+            return self.loads(main, bufs)
         except Exception as e:
             raise PayloadError(f"{self.name} could not unpickle a message: {e!r}; the message is skipped") from e
 
-    def _wire_seq(self, frames: list) -> int:
-        """The sequence number of a message's wire frames; PayloadError if they are not one
-        message's (a send stopped between frames, or not ringcast's wire)."""
+    def _wire(self, frames: list) -> tuple:
+        """``(sequence number, pickle, buffers)`` of a message's wire parts (the pickle a list of
+        parts if it came in several); PayloadError if they are not one message's (a send stopped
+        between parts, or not ringcast's wire)."""
         if len(frames) < 1 or len(frames[0]) < WIRE_HEAD.size:
             raise PayloadError(f"{self.name} received {len(frames)} frame(s) that are not a ringcast message (no head); skipped")
-        seq, n = WIRE_HEAD.unpack_from(frames[0])
+        seq, n, nf = WIRE_HEAD.unpack_from(frames[0])
         if n != len(frames):
             raise PayloadError(
-                f"{self.name} received message {seq} in {len(frames)} frames, but its head says {n}: the writer's send "
-                "of it (or of the message before) was interrupted between frames; the message is skipped"
+                f"{self.name} received message {seq} in {len(frames)} parts, but its head says {n}: the writer's send "
+                "of it (or of the message before) was interrupted between parts; the message is skipped"
             )
-        return seq
+        if n == nf:
+            return seq, memoryview(frames[0])[WIRE_HEAD.size:], frames[1:]
+        off = WIRE_HEAD.size + 4 * nf
+        counts = struct.unpack_from(f"<{nf}I", frames[0], WIRE_HEAD.size) if 0 < nf < n and off <= len(frames[0]) else ()
+        if sum(counts) != n or 0 in counts:
+            raise PayloadError(f"{self.name} received message {seq} with a corrupt parts table ({nf} frames in {n} parts); skipped")
+        groups, k = [], 0
+        for c in counts:
+            groups.append(frames[k : k + c])
+            k += c
+        groups[0][0] = memoryview(frames[0])[off:]
+        return seq, groups[0] if counts[0] > 1 else groups[0][0], [g[0] if len(g) == 1 else _joined(g) for g in groups[1:]]
 
     def from_wire(self, frames: list):
         """A remote reader's message: its sequence number must be above the last one taken
         (``last_seq``); the static ``MessageQueue.recv`` takes any."""
-        seq = self._wire_seq(frames)
+        seq, main, bufs = self._wire(frames)
         if self.last_seq is not None and seq <= self.last_seq:
             raise PayloadError(
                 f"{self.name} received message {seq} after message {self.last_seq}: out of order or repeated (a send "
                 "interrupted and finished again); it is skipped"
             )
         self.last_seq = seq
-        return self.from_frames(frames, WIRE_HEAD.size)
+        return self._load(main, bufs)
 
     def from_overflow(self, frames: list):
         """A local reader's overflow payload, for the marker :meth:`from_chunk` saw last
@@ -311,11 +266,11 @@ class Unpickler:
         that names the message whose payload was lost (an exception interrupted its receive, or
         the writer's send); the next dequeue() gets the next message, in order."""
         want, self.expect = self.expect, None
-        seq = self._wire_seq(frames)
+        seq, main, bufs = self._wire(frames)
         if want is None or seq == want:
-            return self.from_frames(frames, WIRE_HEAD.size)
+            return self._load(main, bufs)
         if seq > want:
-            self.ahead = (seq, frames)
+            self.ahead = (seq, main, bufs)
         raise PayloadError(
             f"{self.name} received the overflow payload of message {seq} for the marker of message {want}: "
             f"{'the payload of message ' + str(want) + ' was lost' if seq > want else 'a stale payload, dropped'} (an "
@@ -347,7 +302,7 @@ class Unpickler:
         if ahead is not None and ahead[0] <= seq:
             self.ahead = None
             if ahead[0] == seq:
-                return self.from_frames(ahead[1], WIRE_HEAD.size)
+                return self._load(*ahead[1:])
         self.expect = seq
         return OVERFLOW
 

@@ -24,7 +24,7 @@ from .shm import is_int
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
-HANDLE_VERSION = 4  # 2: the subscription secret (topic); 3: the tensor arena; 4: remote readers are DEALERs (ringcast.fanout)
+HANDLE_VERSION = 5  # 2: the subscription secret (topic); 3: the tensor arena; 4: remote readers are DEALERs (ringcast.fanout); 5: wire head with parts (wire.WIRE_HEAD), remote topic in front of a bytes first frame
 
 
 @dataclass

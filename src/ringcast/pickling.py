@@ -9,7 +9,7 @@ about 64 KiB. :class:`PartsPickler` collects
 those writes in a list, so the caller gets the pickle as a list of parts, learns the total size
 *before* it claims a chunk (inline or overflow), and then copies each part once, straight into
 the chunk or into the socket's frames (ZeroMQ's send copies a small pickle frame once more:
-:class:`ringcast.framing.Outbox`).
+:class:`ringcast.wire.Outbox`).
 
 Contract of :meth:`PartsPickler.dump`: ``dump(obj)`` returns
 ``(parts, main_len, buffers, total)``:
@@ -40,10 +40,10 @@ deferred sends) must first copy every part that is not ``bytes``.
 Using it in the queue: inline without buffers (``main_len <= max_chunk_bytes - 1``) the chunk's
 parts are ``(b"\\x00", *parts)``; with buffers ``(head, *parts, *buffers)`` where ``head`` carries
 ``main_len`` and the buffers' lengths as today, and ``total`` decides inline vs overflow. ZeroMQ
-frames (overflow, remote readers: :class:`ringcast.framing.Outbox`) carry the pickle as one frame
-and each buffer as one: large ones copied once into a buffer the writer owns (sent zero copy),
-small ones copied by ZeroMQ, all before ``enqueue`` returns (the parts may alias the caller's
-memory).
+frames (overflow, remote readers: :class:`ringcast.wire.Outbox`) carry the pickle and each
+buffer: a large ``bytes`` part by reference (immutable), other large runs copied once into a
+buffer the writer owns (sent zero copy), small ones copied by ZeroMQ, all before ``enqueue``
+returns (the other parts may alias the caller's memory).
 
 The reading side is :class:`ringcast.framing.Unpickler`. :func:`rebuild_tensor` is what
 ``tensors=True`` pickles refer to; an allow-list unpickler must allow

@@ -30,7 +30,8 @@ from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
-from .framing import MARK_INLINE, Outbox, Pending, Pickler, Unpickler, frame
+from .framing import MARK_INLINE, Pickler, Unpickler, frame
+from .wire import WIRE_PART, Outbox, Pending
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
@@ -58,11 +59,9 @@ class MessageQueue(QueueRole):
     ``MessageQueue.create_from_handle(handle, rank)``; then every side calls
     ``wait_until_ready()``.
 
-    Waiting (keyword-only, per queue side): ``spin`` seconds of ``sched_yield`` spinning before a
-    waiter parks (0 parks at once), up to ``spin_max`` (default 10 x ``spin``) while messages come
-    less than that apart (:class:`~ringcast.waiting.WaitPolicy`), ``recheck_interval`` the longest
-    single park (dead peers are checked before each park: at least this often), ``warn_interval``
-    how often a long wait is logged.
+    Waiting (keyword-only, per side; docs/waiting.md): ``spin`` seconds of ``sched_yield`` before a
+    waiter parks (0: at once; up to ``spin_max`` while messages come closer), ``recheck_interval`` the
+    longest single park (dead peers are checked before each), ``warn_interval`` how often a long wait is logged.
 
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
@@ -164,6 +163,7 @@ class MessageQueue(QueueRole):
         ip = connect_ip if connect_ip is not None else channel.default_ip()
         self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
         self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret)
+        self._outbox.part_bytes = 0 if remote_insecure else WIRE_PART  # CURVE: encrypt and decrypt overlap (framing)
         port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
         return channel.tcp_endpoint(ip, port), ":" in ip, curve_keys
 
@@ -175,7 +175,7 @@ class MessageQueue(QueueRole):
         self._unpickler = Unpickler()
         self._pickler = Pickler()
         self._outbox = Outbox()  # the writer's message numbers and wire buffers
-        self._remote_owed = None  # the framing.Pending whose remote send an exception cut short
+        self._remote_owed = None  # the wire.Pending whose remote send an exception cut short
         self._observer = None  # once the role is known: a WriterObserver, ReaderObserver or (remote) QueueObserver
         self._auth = None
         self._ready = False

@@ -1,0 +1,200 @@
+"""The writer's side of the wire: message numbers, and a message laid out as ZeroMQ frames.
+
+What goes to remote readers and to local readers' overflow socket (the format is
+:mod:`ringcast.framing`'s module docstring, which also reads it back): the head
+(:data:`WIRE_HEAD`), the pickle and each out-of-band buffer, a frame in several parts where a
+large ``bytes`` goes by reference or (CURVE remote readers) a large piece goes in parts of
+:data:`WIRE_PART` bytes. :class:`Outbox` lays a message out, :class:`Pending` sends it.
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+
+import zmq
+
+__all__ = ["WIRE_HEAD", "WIRE_PART", "OWNED_MIN", "BYREF_MIN", "Outbox", "Pending", "nbytes"]
+
+#: the head of a message's first wire part: its sequence number, its number of parts (ZeroMQ
+#: frames) and of frames (the pickle and each buffer); parts > frames: a frame was sent in several
+#: parts, and the head is followed by each frame's number of parts (u32 each)
+WIRE_HEAD = struct.Struct("<QII")
+#: the parts a large piece (a by-reference bytes, a copied run of OWNED_MIN or more) goes in to CURVE readers
+WIRE_PART = 128 * 1024
+#: wire frames of at least this many bytes go into the Outbox's buffers (zero copy to ZeroMQ);
+#: smaller ones are copied by ZeroMQ (below glibc's smallest mmap threshold: no page faults)
+OWNED_MIN = 128 * 1024
+#: a ``bytes`` in the pickle of at least this many bytes goes to ZeroMQ by reference, not copied
+#: (CPython's pickler writes one of 64 KiB or more apart, PartsPickler). Not from 64 KiB: a
+#: zero-copy frame is let go by pyzmq's collector thread, which must take the GIL from the
+#: writer; at 64 KiB that cost more than the two copies (enqueue p50 111 -> 190 us, load ~4.5)
+BYREF_MIN = 128 * 1024
+_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
+
+
+class Pending:
+    """One message between its framing and its publish: the tensor-arena slots it filled
+    (``slots``, given to :func:`~ringcast.framing.frame` as its ``placement``) and its wire frames for remote
+    readers (``wire``, with ``sent`` of them sent so far). :meth:`drop` (the message will never
+    be published: the ``unpublished`` callback of
+    :meth:`~ringcast.endpoint.WriterEndpoint.publish`, or an exception before the publish) gives
+    the slots back, once, and cancels the remote send; a message that was published keeps both
+    (its remote send is owed until it is done)."""
+
+    __slots__ = ("arena", "slots", "wire", "sent")
+
+    def __init__(self, arena) -> None:
+        self.arena = arena
+        self.slots = None
+        self.wire = None
+        self.sent = 0
+
+    def send(self, send) -> None:
+        """Send the wire frames not sent yet with ``send(frame, flags, copy=True)`` (a
+        :class:`~ringcast.fanout.PeerSocket`'s: it sends the topic and the frames to each remote
+        reader once it has the last frame). Each is counted as soon as the socket took it, so an
+        exception leaves the rest to the next call: the multipart message goes on where it
+        stopped, never restarts or interleaves with the next (the socket finishes a message cut
+        short when it is handed the same last frame again). This holds for an exception anywhere
+        but between ZeroMQ taking a frame and the count: that frame then goes out twice, and
+        remote readers refuse that torn message (its head counts its frames) with a PayloadError
+        and go on with the next."""
+        wire = self.wire
+        last = len(wire) - 1
+        while self.sent <= last:
+            k = self.sent
+            send(wire[k], _SNDMORE if k < last else 0, copy=True)
+            self.sent = k + 1
+
+    def drop(self) -> None:
+        self.wire = None
+        slots, self.slots = self.slots, None
+        if slots is not None:
+            self.arena.unplace(slots)
+
+
+class Outbox:
+    """The writer's side of the wire: it numbers messages (:attr:`seq`, advanced by the queue
+    once per ``enqueue``) and lays a message out as its wire frames (:meth:`frames`).
+
+    A ``bytes`` of at least :data:`BYREF_MIN` bytes in the pickle (the caller's or the pickler's:
+    immutable) is handed to ZeroMQ by reference, as parts of its own. Other runs of at least
+    :data:`OWNED_MIN` bytes are copied into a buffer the outbox owns and
+    handed to ZeroMQ as zero-copy ``zmq.Frame`` objects (a ``send`` of a ``Frame`` never copies,
+    whatever its ``copy`` argument). A buffer is reused once ZeroMQ has released every frame of
+    it (its views are gone), so in a steady state no message allocates: no fresh ``mmap``, no
+    page faults, whatever the allocator's state (a fresh 1 MiB allocation above glibc's mmap
+    threshold faults 256 pages, and ``pickle``'s join plus ZeroMQ's copy made two per message).
+    Buffers are kept up to ``budget`` bytes in all (as many as ZeroMQ holds at once in a flood,
+    up to that); a message that finds none free and no room in the budget (after giving up free
+    buffers too small for it) gets a buffer of its own. The caller's mutable objects are copied before :meth:`frames`
+    returns, so they may change as soon as ``enqueue`` returns."""
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self.seq = 0
+        self.budget = budget
+        self._held = 0  # bytes of the buffers kept
+        #: 0, or send each owned frame longer than this in parts of this many bytes (the writer sets
+        #: WIRE_PART for CURVE remote readers: ZeroMQ encrypts and decrypts part by part)
+        self.part_bytes = 0
+        self._bufs: list = []  # [bytearray, [weakrefs to the views ZeroMQ holds]], least recently used first
+
+    def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
+        """The wire parts of message :attr:`seq`: the head and the pickle, then each buffer. A
+        ``bytes`` of at least BYREF_MIN bytes (immutable: the caller's own, or private) goes by
+        reference, the rest is copied: runs of at least OWNED_MIN bytes into an owned buffer,
+        smaller ones into ``bytes`` or a ``zmq.Frame`` of their own. Large pieces go in parts of
+        at most :attr:`part_bytes` (0: whole). Nothing the caller can change is referenced."""
+        nf = 1 + len(bufs)
+        if total < BYREF_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
+            return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
+        step, table = self.part_bytes, 4 * nf
+        pieces = [_pieces(parts, WIRE_HEAD.size + table), *[_pieces((b,), 0) for b in bufs]]
+        counts = [sum(_count(p, step) for p in ps) for ps in pieces]
+        if sum(counts) == nf:  # one part per frame: no parts table
+            pieces[0][0][2] -= table
+            head = WIRE_HEAD.pack(self.seq, nf, nf)
+        else:
+            head = WIRE_HEAD.pack(self.seq, sum(counts), nf) + struct.pack(f"<{nf}I", *counts)
+        pieces[0][0][1].insert(0, head)
+        owned = sum(n for ps in pieces for by_ref, _, n in ps if not by_ref and n >= OWNED_MIN)
+        entry = self._take(owned) if owned else [None, []]
+        mv = memoryview(entry[0]) if owned else None
+        refs = entry[1] = []
+        out, off = [], 0
+        for k, ps in enumerate(pieces):
+            for by_ref, objs, n in ps:
+                if by_ref:  # immutable: ZeroMQ may send it after enqueue returned, it is what it was
+                    src = memoryview(objs[0])
+                elif n < OWNED_MIN:
+                    out.append(b"".join(objs) if k == 0 else zmq.Frame(objs[0], copy=True))
+                    continue
+                else:
+                    for p in objs:
+                        m = nbytes(p)
+                        mv[off : off + m] = p
+                        off += m
+                    src = mv[off - n : off]
+                size = step if step and n > step else n
+                for start in range(0, n, size):
+                    view = src[start : start + size]
+                    if not by_ref:
+                        refs.append(weakref.ref(view))
+                    out.append(zmq.Frame(view, copy=False))
+        return out
+
+    def _take(self, n: int) -> list:
+        """A buffer of at least ``n`` bytes that ZeroMQ no longer holds: the least recently used
+        kept one that fits, else a new kept one if the budget has room (free ones too small are
+        given up for it), else one of this message's own."""
+        bufs, small = self._bufs, []
+        for k, e in enumerate(bufs):
+            if all(r() is None for r in e[1]):
+                if len(e[0]) >= n:
+                    bufs.append(bufs.pop(k))
+                    return e
+                small.append(e)
+        size = -(-n // OWNED_MIN) * OWNED_MIN  # rounded up: a slowly growing size reallocates rarely
+        for e in small:
+            if self._held + size <= self.budget:
+                break
+            bufs.remove(e)
+            self._held -= len(e[0])
+        if self._held + size > self.budget:
+            return [bytearray(n), []]  # not kept: this message's own
+        self._held += size
+        bufs.append([bytearray(size), []])
+        return bufs[-1]
+
+
+def nbytes(b) -> int:
+    """The bytes of a part or buffer."""
+    return b.nbytes if type(b) is memoryview else len(b)
+
+
+def _pieces(objs, first: int) -> list:
+    """A frame's pieces, ``[by reference, objects, bytes]``: each ``bytes`` of at least BYREF_MIN
+    bytes by reference, the runs between them copied; ``first`` bytes (the head) come first."""
+    out, run, n = [], [], first
+    for p in objs:
+        m = nbytes(p)
+        if type(p) is bytes and m >= BYREF_MIN:
+            if n:
+                out.append([False, run, n])
+            out.append([True, [p], m])
+            run, n = [], 0
+        else:
+            run.append(p)
+            n += m
+    if n or not out:
+        out.append([False, run, n])
+    return out
+
+
+def _count(piece: list, step: int) -> int:
+    """The parts a piece goes in: a large one in parts of ``step`` bytes (0: whole)."""
+    n = piece[2]
+    return -(-n // step) if step and n > step and (piece[0] or n >= OWNED_MIN) else 1
+
+
