@@ -315,7 +315,8 @@ wait_phases(rc_side *s, double start, double timeout, double budget)
 }
 
 /* One wait (the writer's claim, a reader's wait for a message): wait_phases with this wait's spin
- * budget, then note how long it took, the next budget's input. */
+ * budget, then, where the budget adapts, note how long it took (the next budget's input; with
+ * spin_max <= spin nothing reads it, so the clock is not read again). */
 static int
 side_wait(rc_side *s, double timeout)
 {
@@ -323,6 +324,7 @@ side_wait(rc_side *s, double timeout)
     s->counters->waits++;
     double start = io->now(io->ctx);
     int rc = wait_phases(s, start, timeout, spin_budget(s->policy, s->last_wait));
-    s->last_wait = rc == RC_OK ? io->now(io->ctx) - start : 1e300;
+    if (s->policy->spin_max > s->policy->spin)
+        s->last_wait = rc == RC_OK ? io->now(io->ctx) - start : 1e300;
     return rc;
 }
