@@ -26,7 +26,7 @@ from _clients import Client
 from _procs import Children
 
 N_MSG = 20
-MODES = [pytest.param(False, id="curve-default"), pytest.param(True, id="remote_insecure")]
+MODES = [pytest.param("curve", id="curve-default"), pytest.param("insecure", id="remote_insecure"), pytest.param("aes-gcm", id="aes-gcm")]
 
 
 def _serve(w, reader, msgs) -> list:
@@ -51,15 +51,15 @@ def _serve(w, reader, msgs) -> list:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("insecure", MODES)
-def test_a_stranger_cannot_take_a_remote_readers_place(insecure):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stranger_cannot_take_a_remote_readers_place(mode):
     """Attack 1: an XSUB without the handle keeps sending upstream data frames and catch-all
     subscriptions while the real reader joins (libzmq's XPUB_MANUAL queues a data frame without
     the connection it pairs subscriptions with, so before, the writer's admit() subscribed the
     stranger's connection in the reader's place: the stranger got all 20 messages and the reader
     timed out). It is not even authenticated now: the reader gets READY and all 20, the
     stranger none."""
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
     h = w.export_handle()
     att, r = Client(h.remote_subscribe_addr), None
     try:
@@ -78,15 +78,15 @@ def test_a_stranger_cannot_take_a_remote_readers_place(insecure):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("insecure", MODES)
-def test_a_holders_frames_cannot_cross_another_readers_subscription(insecure):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_holders_frames_cannot_cross_another_readers_subscription(mode):
     """Even a peer holding the handle cannot make the writer subscribe another connection: the
     TCP socket applies each subscription to the connection it came on. The peer sends data
     frames and a subscription that matches no message (17 bytes, longer than the 16-byte topic
     frame); the real reader still gets READY and every message, the peer none. (The peer is a
     DEALER, the socket type the writer's ROUTER talks to; every upstream message comes with the
     connection it came on, and this peer is dropped for sending too many.)"""
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_insecure=insecure)
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
     h = w.export_handle()
     peer, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER), None
     try:
@@ -100,6 +100,31 @@ def test_a_holders_frames_cannot_cross_another_readers_subscription(insecure):
         assert peer.received(200) == 0
     finally:
         peer.close()
+        for q in (w, r):
+            if q is not None:
+                q.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_sniffer_of_an_aes_gcm_channel_is_not_admitted_and_receives_nothing():
+    """What a listener on the wire of a ``remote_security="aes-gcm"`` channel can learn is what
+    it learns of a remote_insecure one: the PLAIN password and the messages' topic frame. With
+    them it connects and subscribes (on remote_insecure that completes the writer's handshake in
+    the real reader's place: the test below). Here its connection never sent a right hello, so it
+    is not admitted: the real reader gets READY and every message, and the sniffer nothing, not
+    even ciphertext (on remote_insecure it would get all of them)."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+    h = w.export_handle()
+    sniffer = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER, subscribe=remote.wire_topic(h.topic))
+    r = None
+    try:
+        assert sniffer.connect()
+        r = MessageQueue.create_from_handle(h, 0)
+        msgs = list(range(N_MSG))
+        assert _serve(w, r, msgs) == msgs
+        assert sniffer.received(200) == 0
+    finally:
+        sniffer.close()
         for q in (w, r):
             if q is not None:
                 q.close()

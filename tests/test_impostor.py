@@ -82,11 +82,11 @@ class Impostor:
         self.ctx.term()
 
 
-def _writer_left(tmp_path, insecure: bool, read_first: bool):
+def _writer_left(tmp_path, mode: str, read_first: bool):
     """A writer and its remote reader, past the handshake; the writer sends "last" (read at once
     if ``read_first``) and closes. Returns ``(reader, handle, marker path, file-creating pickle)``."""
     marker = str(tmp_path / "attacker-code-ran")
-    w, r = joined_pair(connect_ip="127.0.0.1", remote_insecure=insecure)
+    w, r = joined_pair(connect_ip="127.0.0.1", remote_security=mode)
     h = w.export_handle()
     try:
         w.enqueue("last", timeout=5)
@@ -101,14 +101,15 @@ def _writer_left(tmp_path, insecure: bool, read_first: bool):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("insecure, mechanism, raises", [
-    pytest.param(True, "plain", ImpostorError, id="insecure-plain-impostor"),
-    pytest.param(True, "null", DeadWriterError, id="insecure-null-impostor"),
-    pytest.param(False, "curve", DeadWriterError, id="curve-impostor"),
+@pytest.mark.parametrize("mode, mechanism, raises", [
+    pytest.param("insecure", "plain", ImpostorError, id="insecure-plain-impostor"),
+    pytest.param("insecure", "null", DeadWriterError, id="insecure-null-impostor"),
+    pytest.param("aes-gcm", "plain", ImpostorError, id="aes-gcm-plain-impostor"),
+    pytest.param("curve", "curve", DeadWriterError, id="curve-impostor"),
 ])
-def test_an_impostor_on_the_writers_port_is_refused(insecure, mechanism, raises, tmp_path, monkeypatch):
+def test_an_impostor_on_the_writers_port_is_refused(mode, mechanism, raises, tmp_path, monkeypatch):
     monkeypatch.setattr(remote, "RECONNECT_WINDOW", 2.0)  # bounds the test; the outcome does not depend on it
-    r, h, marker, evil = _writer_left(tmp_path, insecure, read_first=True)
+    r, h, marker, evil = _writer_left(tmp_path, mode, read_first=True)
     imp = None
     try:
         imp = Impostor(h.remote_subscribe_addr, mechanism, evil)
@@ -162,7 +163,7 @@ def test_a_reconnection_by_libzmq_itself_is_not_trusted(tmp_path, monkeypatch):
     second handshake is seen at the next read, the socket replaced, and the replacement's
     challenge unmasks the impostor; nothing of the impostor's is unpickled."""
     monkeypatch.setattr(remote, "LIBZMQ_RECONNECT_MS", 200)
-    r, h, marker, evil = _writer_left(tmp_path, True, read_first=False)
+    r, h, marker, evil = _writer_left(tmp_path, "insecure", read_first=False)
     imp = None
     try:
         imp = Impostor(h.remote_subscribe_addr, "plain", evil)

@@ -128,7 +128,7 @@ def test_control_a_zero_copy_send_shows_the_mutation():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("mode", ["curve", "insecure", "mixed"])
+@pytest.mark.parametrize("mode", ["curve", "insecure", "aes-gcm", "mixed"])
 def test_remote_reader_gets_the_values_at_enqueue_time(mode):
     """A bytearray (out of band), a small bytearray (in the pickle) and, if torch is importable, a
     CPU tensor are changed right after ``enqueue`` returns, while the message is still queued for
@@ -141,7 +141,7 @@ def test_remote_reader_gets_the_values_at_enqueue_time(mode):
         torch = None
     n_local = 1 if mode == "mixed" else 0
     w = MessageQueue(1 + n_local, n_local, max_chunk_bytes=BIG, max_chunks=4, connect_ip="127.0.0.1",
-                     remote_insecure=mode == "insecure")
+                     remote_security={"insecure": "insecure", "aes-gcm": "aes-gcm"}.get(mode))
     local = MessageQueue.create_from_handle(w.export_handle(), 0) if n_local else None
     child = _Stopped(_child_queue, (w.export_handle(), n_local, 3, torch is not None))
     t = threading.Thread(target=local.wait_until_ready, args=(_TIMEOUT,)) if local else None

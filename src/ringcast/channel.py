@@ -24,7 +24,8 @@ writer, :func:`start_auth`): CurveZMQ by default (encrypted; the keys travel in 
 with ``remote_insecure=True``, ZMTP PLAIN with a password derived from the secret topic
 (cleartext: a sniffer can read it, and everything else; the secret itself never goes on the wire,
 and the writer proves itself to each reader connection: :mod:`ringcast.remote`, which is also
-the remote readers' socket). So every TCP peer holds the handle. The TCP socket is a ROUTER,
+the remote readers' socket). ``remote_security="aes-gcm"`` is that PLAIN channel with every
+message frame sealed with AES-256-GCM under a key derived from the secret (:mod:`ringcast.sealing`). So every TCP peer holds the handle. The TCP socket is a ROUTER,
 not an XPUB (:mod:`ringcast.fanout`): an XPUB keeps every distinct subscription a peer sends, in
 automatic and in manual mode alike, so a holder of the handle could grow the writer without
 bound (issue 35); a ROUTER names the connection of every upstream message (no pairing to get
@@ -36,6 +37,7 @@ RCVHWM of UPSTREAM_HWM, at most READMIT_BATCH subscriptions looked at per messag
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
 import socket as _socket
@@ -48,13 +50,16 @@ import zmq
 
 from .errors import HandleError, ImpostorError
 from .fanout import READMIT_BATCH, READMIT_INTERVAL, PeerSocket, Readmitting, router
-from .remote import READY, RemoteSub, check_remote_security, credentials, is_ready, start_auth, wire_topic
+from .remote import READY, RemoteSub, credentials, is_ready, start_auth, wire_topic
+from .sealing import CIPHER, ReaderKeys, Sealer, aes_gcm
 from .shm import process_alive, process_start_time
 
 __all__ = [
-    "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "check_remote_security", "credentials", "READY", "is_ready", "local_address", "remove_local", "default_ip",
+    "xpub", "sub", "TopicSocket", "new_topic", "start_auth", "security_mode", "check_remote_security", "open_remote", "credentials", "READY", "is_ready", "local_address", "remove_local", "default_ip",
     "tcp_endpoint", "check_fd_headroom", "recv_frames", "close_all", "READMIT_BATCH", "READMIT_INTERVAL",
 ]
+
+logger = logging.getLogger("ringcast")
 
 TOPIC_BYTES = 16  # the subscription secret: 128 random bits
 IPC_DIR_PREFIX = "ringcast-"  # ringcast-<writer pid>-<its start time>-<random>/overflow.sock
@@ -324,12 +329,63 @@ class TopicSocket(Readmitting):
         return getattr(self.sock, name)
 
 
-def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None) -> TopicSocket | PeerSocket:
+SECURITY_MODES = ("curve", CIPHER, "insecure")  # remote_security's values; "curve" is the default
+
+
+def security_mode(remote_security: str | None, remote_insecure: bool) -> str:
+    """The remote channel's mode from a writer's two keywords (``remote_insecure=True`` is the
+    older spelling of ``remote_security="insecure"``), or a ValueError."""
+    if remote_security is None:
+        return "insecure" if remote_insecure else "curve"
+    if remote_security not in SECURITY_MODES:
+        raise ValueError(f"remote_security={remote_security!r}: expected one of {', '.join(map(repr, SECURITY_MODES))} (or None: "
+                         "'curve', the default)")
+    if remote_insecure and remote_security != "insecure":
+        raise ValueError(f"remote_insecure=True contradicts remote_security={remote_security!r}: pass one of them")
+    return remote_security
+
+
+def check_remote_security(mode: str) -> None:
+    """The writer may serve remote readers in ``mode``: CURVE needs libzmq built with it and
+    "aes-gcm" the cryptography package (else a RuntimeError saying what to do); "insecure" is
+    allowed, with a warning."""
+    if mode == "insecure":
+        logger.warning(
+            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
+            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
+            "the network path can alter messages"
+        )
+    elif mode == CIPHER:
+        aes_gcm()
+    elif not zmq.has("curve"):
+        raise RuntimeError(
+            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
+            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), pass "
+            "remote_security='aes-gcm' (pip install 'ringcast[aes]'), or remote_insecure=True to accept a cleartext channel"
+        )
+
+
+def open_remote(ctx, ip: str, topic: bytes, mode: str) -> tuple:
+    """The writer's remote half in ``mode``: ``(ZAP handler, socket, address, ipv6, curve keys or
+    None, cipher or None)``; the caller stops the handler and closes the socket."""
+    auth, secret, curve_keys = start_auth(ctx, topic, curve=mode == "curve")
+    try:
+        sealer = Sealer() if mode == CIPHER else None
+        sock = xpub(ctx, tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret, sealer=sealer)
+    except BaseException:
+        auth.stop()
+        raise
+    port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+    return auth, sock, tcp_endpoint(ip, port), ":" in ip, curve_keys, CIPHER if sealer is not None else None
+
+
+def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None, sealer=None) -> TopicSocket | PeerSocket:
     """The writer's socket on ``addr``. An ipc:// one is an XPUB in manual mode (:class:`TopicSocket`).
     A tcp:// one is a ROUTER (:class:`~ringcast.fanout.PeerSocket`) that authenticates every peer
     through the ZAP handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a
     password derived from the topic; the messages' topic frame is derived too, and the socket
-    answers readers' challenges: :mod:`ringcast.remote`)."""
+    answers readers' challenges: :mod:`ringcast.remote`), with ``sealer`` (a
+    :class:`~ringcast.sealing.Sealer`, PLAIN only) sealing every message it sends."""
     tcp = addr.startswith("tcp://")
     if tcp:
         s = router(ctx, curve_secret, UPSTREAM_HWM, UPSTREAM_MAX, HANDSHAKE_MS)
@@ -350,7 +406,7 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
         raise
     if tcp:
         insecure = curve_secret is None
-        return PeerSocket(s, wire_topic(topic) if insecure else topic, prover=topic if insecure else None)
+        return PeerSocket(s, wire_topic(topic) if insecure else topic, prover=topic if insecure else None, sealer=sealer)
     ts = TopicSocket(s, topic, strip=False, manual=True)
     if addr.startswith("ipc://"):  # a queue dropped without close() still removes its socket directory
         weakref.finalize(ts, remove_local, addr[len("ipc://"):])
@@ -380,13 +436,14 @@ def reachable_ipc(path: str) -> str:
     return path if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) else via_root
 
 
-def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None) -> TopicSocket | RemoteSub:
+def sub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_keys=None, cipher: str | None = None) -> TopicSocket | RemoteSub:
     """A reader's socket: a SUB on the local (ipc) socket, a :class:`~ringcast.remote.RemoteSub`
-    (which proves its server and stops reconnecting once it is gone) on the remote one."""
+    (which proves its server and stops reconnecting once it is gone, and with ``cipher``
+    "aes-gcm" opens every message) on the remote one."""
     if not isinstance(addr, str) or not addr.startswith(("ipc://", "tcp://")):
         raise HandleError(f"handle address {addr!r} is not an ipc:// or tcp:// endpoint")
     if addr.startswith("tcp://"):
-        return RemoteSub(ctx, addr, topic, ipv6, curve_keys)
+        return RemoteSub(ctx, addr, topic, ipv6, curve_keys, ReaderKeys(topic, addr) if cipher == CIPHER else None)
     addr = "ipc://" + reachable_ipc(addr[len("ipc://"):])
     s = ctx.socket(zmq.SUB)
     s.setsockopt(zmq.RCVHWM, 0)

@@ -87,7 +87,7 @@ def _add_bench(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="implementations to run (ringcast, arena, zmq, pipe, floor, torch, vllm; remote readers: remote, remote-insecure, "
+        help="implementations to run (ringcast, arena, zmq, pipe, floor, torch, vllm; remote readers: remote, remote-aes, remote-insecure, "
         "vllm-remote; ringcast and remote always run); repeatable; default: all importable",
     )
     p.add_argument("--ringcast-spin", type=float, default=None, metavar="S", help="ringcast's spin budget in seconds (default: the library default)")

@@ -34,6 +34,7 @@ import time
 import zmq
 
 from .remote import NONCE_BYTES, READY, proof
+from .sealing import HELLO_BYTES, WriterKeys
 
 __all__ = ["PeerSocket", "Readmitting", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
 
@@ -79,8 +80,15 @@ class PeerSocket(Readmitting):
     message to every admitted connection; ``recv_multipart`` returns :class:`Upstream` messages,
     which :meth:`admit` acts on. Anything else goes to the socket."""
 
-    def __init__(self, sock, topic: bytes, prover: bytes | None = None) -> None:
+    def __init__(self, sock, topic: bytes, prover: bytes | None = None, sealer=None) -> None:
         self.sock, self.topic = sock, topic
+        #: remote_security="aes-gcm": a ringcast.sealing.Sealer, which every message goes through once
+        #: (its frames are sealed, then sent to each connection); answers and READY are not sealed.
+        #: Its key goes to each connection in the answer to a hello (WriterKeys), and only
+        #: connections whose hello was right (``_keyed``, at most PEERS_TRACKED) are admitted.
+        self._sealer = sealer
+        self._keys = WriterKeys(prover, sealer) if sealer is not None else None
+        self._keyed: dict[bytes, None] = {}
         #: remote_insecure: the handle's secret, to answer readers' challenges (ringcast.remote);
         #: ``topic`` is then its wire topic, not the secret.
         self._prover = prover
@@ -134,13 +142,26 @@ class PeerSocket(Readmitting):
         if m == b"\x01" + t:
             if peer in self._served:
                 return None
+            if self._keys is not None:
+                if peer not in self._keyed:
+                    return False  # aes-gcm: this connection's hello was never right, it holds no key
+                del self._keyed[peer]
             self._served[peer] = self._others.pop(peer, 1)
             if self.ready_again:
                 self._send_to(peer, (t, READY))
             return True
-        if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES and m[1:1 + len(t)] == t:
-            nonce = m[1 + len(t):]
-            self._send_to(peer, (t + nonce, proof(self._prover, nonce)))
+        hello = 0 if self._keys is None else HELLO_BYTES
+        if self._prover is not None and len(m) == 1 + len(t) + NONCE_BYTES + hello and m[1:1 + len(t)] == t:
+            nonce = m[1 + len(t):1 + len(t) + NONCE_BYTES]
+            if self._keys is None:
+                answer = [proof(self._prover, nonce)]
+            elif (answer := self._keys.answer(nonce, m[1 + len(t) + NONCE_BYTES:])) is None:
+                return False  # not from a holder of the handle: no answer, no key
+            else:
+                self._keyed[peer] = None
+                if len(self._keyed) > PEERS_TRACKED:
+                    del self._keyed[next(iter(self._keyed))]
+            self._send_to(peer, (t + nonce, *answer))
             return None
         return False
 
@@ -169,6 +190,8 @@ class PeerSocket(Readmitting):
         if int(flags) & _SNDMORE:
             return
         out, self._out = self._out, []
+        if self._sealer is not None:
+            out = self._sealer.seal(out)
         first = out[0]  # a small bytes one carries the topic in front: one frame less to send, encrypt, receive
         frames = [self.topic + first, *out[1:]] if type(first) is bytes and len(first) < SHARE_MIN else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer

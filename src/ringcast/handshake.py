@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .channel import READY, TOPIC_BYTES, is_ready
+from .sealing import CIPHER
 from .errors import HandleError
 from .shm import is_int
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
-HANDLE_VERSION = 5  # 2: the subscription secret (topic); 3: the tensor arena; 4: remote readers are DEALERs (ringcast.fanout); 5: wire head with parts (wire.WIRE_HEAD), remote topic in front of a bytes first frame
+HANDLE_VERSION = 6  # 2: the subscription secret (topic); 3: the tensor arena; 4: remote readers are DEALERs (ringcast.fanout); 5: wire head with parts (wire.WIRE_HEAD), remote topic in front of a bytes first frame; 6: remote_cipher
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Handle:
     #: (server public key, client public key, client secret key) when the remote channel uses
     #: CurveZMQ: whoever holds the handle may read; nobody else can connect or decrypt.
     remote_curve_keys: tuple[bytes, bytes, bytes] | None = field(default=None, repr=False)  # secret: not in repr()
+    #: "aes-gcm" when every remote message is sealed with AES-256-GCM (ringcast.sealing), else None.
+    remote_cipher: str | None = None
     #: The subscription secret: the writer's sockets admit only subscribers presenting it.
     topic: bytes | None = field(default=None, repr=False)  # secret: not in repr()
     #: The tensor arena's segment (``TensorArena.handle()``) when the writer has one, else None.
@@ -91,6 +94,8 @@ def _bad_field(h: Handle) -> str | None:
         k = h.remote_curve_keys
         if k is not None and not (isinstance(k, tuple) and len(k) == 3 and all(isinstance(x, bytes) and len(x) == 40 for x in k)):
             return "remote_curve_keys"
+        if h.remote_cipher not in (None, CIPHER) or (h.remote_cipher is not None and k is not None):
+            return "remote_cipher"
     if not isinstance(h.remote_addr_ipv6, bool):
         return "remote_addr_ipv6"
     return None

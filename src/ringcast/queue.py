@@ -66,9 +66,10 @@ class MessageQueue(QueueRole):
     Faults: a local reader found dead while the writer waits for it raises
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
     for good, spec model ``evict_correct``) and the others go on. Remote readers (TCP) are
-    authenticated and encrypted with CurveZMQ, keys in the handle; ``remote_insecure=True`` turns
-    encryption off (cleartext; both ends still authenticated with the handle's secret, logged as
-    a warning; docs/reliability.md). ``segment_kind`` ("auto", "memfd" or "posix") picks the
+    authenticated and encrypted with CurveZMQ, keys in the handle; ``remote_security="aes-gcm"``
+    seals every frame with AES-256-GCM instead (a third of the cost; :mod:`ringcast.sealing`);
+    ``remote_insecure=True`` (``remote_security="insecure"``) turns encryption off (cleartext;
+    both ends still authenticated with the handle's secret, logged; docs/reliability.md). ``segment_kind`` ("auto", "memfd" or "posix") picks the
     shared-memory segment: "auto" is an anonymous memfd segment on Linux (no name in /dev/shm, not
     limited by its size, freed when the last process holding it dies), else a named POSIX one.
     ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in ``tensor_arena_slots``
@@ -107,6 +108,7 @@ class MessageQueue(QueueRole):
         recheck_interval: float = DEFAULT_RECHECK,
         warn_interval: float | None = None,
         remote_insecure: bool = False,
+        remote_security: str | None = None,
         evict_dead_readers: bool = False,
         segment_kind: str = "auto",
         tensor_arena_bytes: int = 0,
@@ -114,8 +116,9 @@ class MessageQueue(QueueRole):
     ) -> None:
         local_reader_ranks = check_reader_counts(n_reader, n_local_reader, local_reader_ranks)
         channel.check_fd_headroom()
+        security = channel.security_mode(remote_security, remote_insecure)
         if n_reader > n_local_reader:
-            channel.check_remote_security(remote_insecure)
+            channel.check_remote_security(security)
         self._init_common(wait_policy(spin, spin_max, recheck_interval, warn_default(warn_interval), n_local_reader))
         self.n_reader, self.n_local_reader, self.n_remote_reader = n_reader, n_local_reader, n_reader - n_local_reader
         self.local_reader_ranks = local_reader_ranks
@@ -124,20 +127,22 @@ class MessageQueue(QueueRole):
         self._observer = WriterObserver(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
         self._ctx = zmq.Context()
         topic = channel.new_topic()
-        local_addr, remote = None, (None, False, None)
+        local_addr, remote = None, (None, False, None, None)
         try:
             if n_local_reader > 0:
                 local_addr = self._open_ring(max_chunk_bytes, max_chunks, segment_kind, topic, evict_dead_readers,
                                              enable_shm_tensor_arena, tensor_arena_bytes, tensor_arena_slots)
             if self.n_remote_reader > 0:
-                remote = self._open_remote(connect_ip, topic, remote_insecure)
+                ip = connect_ip if connect_ip is not None else channel.default_ip()
+                self._auth, self.remote_socket, *remote = channel.open_remote(self._ctx, ip, topic, security)
+                self._outbox.part_bytes = WIRE_PART if security == "curve" else 0  # CURVE: encrypt and decrypt overlap (framing)
         except BaseException:
             self.close()
             raise
         self.handle = Handle(
             local_reader_ranks=list(local_reader_ranks), n_reader=n_reader, topic=topic,
             buffer_handle=self.buffer.handle() if self.buffer is not None else None, local_subscribe_addr=local_addr,
-            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2],
+            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2], remote_cipher=remote[3],
             tensor_arena=None if self._arena is None else self._arena.arena.handle())
         self._release_on_collect()
 
@@ -157,15 +162,6 @@ class MessageQueue(QueueRole):
             self._arena = writer_arena(self.buffer, ep, tensor_arena_bytes, tensor_arena_slots, segment_kind,
                                        VLLM_MIN_BYTES if vllms else ARENA_MIN_BYTES, vllms)
         return local_addr
-
-    def _open_remote(self, connect_ip: str | None, topic, remote_insecure: bool) -> tuple:
-        """The writer's remote half (authentication, TCP socket); returns ``(address, ipv6, curve_keys)``."""
-        ip = connect_ip if connect_ip is not None else channel.default_ip()
-        self._auth, secret, curve_keys = channel.start_auth(self._ctx, topic, curve=not remote_insecure)
-        self.remote_socket = channel.xpub(self._ctx, channel.tcp_endpoint(ip, "*"), topic, ipv6=":" in ip, curve_secret=secret)
-        self._outbox.part_bytes = 0 if remote_insecure else WIRE_PART  # CURVE: encrypt and decrypt overlap (framing)
-        port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-        return channel.tcp_endpoint(ip, port), ":" in ip, curve_keys
 
     def _init_common(self, policy: WaitPolicy) -> None:
         self.policy = policy
@@ -235,7 +231,7 @@ class MessageQueue(QueueRole):
                 self._endpoint = self._unpickler.endpoint = ep
             else:
                 self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, handle.topic, ipv6=handle.remote_addr_ipv6,
-                                                 curve_keys=handle.remote_curve_keys)
+                                                 curve_keys=handle.remote_curve_keys, cipher=handle.remote_cipher)
         except BaseException:
             self.close()
             raise

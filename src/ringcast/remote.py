@@ -54,7 +54,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .errors import DeadWriterError, HandleError, ImpostorError
 
 __all__ = ["RemoteSub", "READY", "is_ready", "derive", "wire_topic", "plain_password", "proof", "credentials",
-           "start_auth", "ZapHandler", "check_remote_security", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
+           "start_auth", "ZapHandler", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
 
 logger = logging.getLogger("ringcast")
 
@@ -114,8 +114,11 @@ class RemoteSub:
     skips (its proof, a READY after its handshake). Its handshake state (``ready_again``,
     ``after_ready``) reads as :class:`ringcast.channel.TopicSocket`'s."""
 
-    def __init__(self, ctx, addr: str, secret: bytes, ipv6: bool = False, curve_keys=None) -> None:
+    def __init__(self, ctx, addr: str, secret: bytes, ipv6: bool = False, curve_keys=None, keys=None) -> None:
         self.ctx, self.addr, self.ipv6, self.curve_keys, self._secret = ctx, addr, ipv6, curve_keys, secret
+        #: remote_security="aes-gcm": a ringcast.sealing.ReaderKeys, whose hello goes with the challenge
+        #: and whose Opener, once the writer's answer proved it, every message but READY goes through
+        self._keys, self._opener = keys, None
         self.topic = secret if curve_keys is not None else wire_topic(secret)
         self.ready_again = True  # the writer sends READY to a reader admitted late (fanout.PeerSocket)
         self.after_ready = False
@@ -139,6 +142,7 @@ class RemoteSub:
             s.close(0)
             raise
         self._nonce = secrets.token_bytes(NONCE_BYTES) if self.curve_keys is None else b""
+        hello = self._keys.hello(self._nonce) if self._keys is not None else b""
         self._proven = self.curve_keys is not None  # CURVE: the handshake proved the server
         self.sock, self.mon, self._dead, self._handshakes = s, mon, False, 0
         self._safe_until = time.monotonic() + LIBZMQ_RECONNECT_MS / 2000
@@ -147,7 +151,7 @@ class RemoteSub:
         except zmq.ZMQError as e:
             self._close_current()
             raise HandleError(f"cannot connect to the handle's address {self.addr!r}: {e}") from e
-        s.send(b"\x01" + self.topic + self._nonce, zmq.NOBLOCK)  # queued for the connection (connect made its pipe)
+        s.send(b"\x01" + self.topic + self._nonce + hello, zmq.NOBLOCK)  # queued for the connection (connect made its pipe)
 
     def _close_current(self) -> None:
         self.sock.disable_monitor()
@@ -224,12 +228,15 @@ class RemoteSub:
                 frames[0] = memoryview(first)[len(t) :]
             else:
                 return None  # no message of this queue (the writer sends none such): skipped
-            if self.after_ready and is_ready(frames):
-                return None
-            return frames
+            if is_ready(frames):
+                return None if self.after_ready else frames
+            return frames if self._opener is None else self._opener.open(frames)
         head = frames[0] if copy else frames[0].bytes
-        if (head == self.topic + self._nonce and len(frames) == 2
-                and hmac.compare_digest(bytes(frames[1]), proof(self._secret, self._nonce))):
+        if head == self.topic + self._nonce and (
+                self._keys is None and len(frames) == 2 and hmac.compare_digest(bytes(frames[1]), proof(self._secret, self._nonce))
+                or self._keys is not None and (opener := self._keys.opener(frames[1:])) is not None):
+            if self._keys is not None:
+                self._opener = opener
             self._proven = True
             self.sock.send(b"\x01" + self.topic, zmq.NOBLOCK)
             return None
@@ -256,23 +263,6 @@ class RemoteSub:
     @property
     def closed(self) -> bool:
         return self.sock is None
-
-
-def check_remote_security(insecure: bool) -> None:
-    """The writer may serve remote readers as asked: CURVE needs libzmq built with it (else a
-    RuntimeError naming the opt-out); ``insecure`` is allowed, with a warning."""
-    if insecure:
-        logger.warning(
-            "ringcast: remote_insecure=True: remote readers' traffic crosses the network in cleartext; whoever can "
-            "sniff it can read every message and replay the (derived) password to join as a reader, and whoever is on "
-            "the network path can alter messages"
-        )
-    elif not zmq.has("curve"):
-        raise RuntimeError(
-            "remote readers are authenticated and encrypted with CurveZMQ, but this libzmq was built without CURVE "
-            "(zmq.has('curve') is False): install a pyzmq wheel (it bundles libzmq with CURVE), or pass "
-            "remote_insecure=True to accept a cleartext channel"
-        )
 
 
 class ZapHandler:

@@ -15,7 +15,7 @@ numpy), ``tensor64m`` (a 64 MiB CPU ``torch.Tensor``, float32; needs torch; hot 
 
 Remote cases (``family="remote"``, named ``<mode>/<payload>/<n>r/remote``): the same modes with
 every reader remote (TCP on 127.0.0.1), run by the remote implementations only (``remote``,
-``remote-insecure``, ``vllm-remote``: :data:`.transports.FAMILY`), on ``sched256``, ``blob64k``,
+``remote-aes``, ``remote-insecure``, ``vllm-remote``: :data:`.transports.FAMILY`), on ``sched256``, ``blob64k``,
 ``dict1m`` and ``blob16m`` (16 MiB of ``bytes``). Floods stay under 1,000 messages: vLLM's
 remote socket keeps ZeroMQ's default high-water mark (1,000 messages), above which its PUB socket
 drops messages rather than blocking.

@@ -2,7 +2,7 @@
 
 Issue 14's goals against vLLM's ``MessageQueue`` and the one-copy floor, and issue 42's for
 remote readers: ringcast's remote readers against vLLM's (``vllm-remote``), each security mode
-(``remote``: CURVE, the default; ``remote-insecure``) over vLLM's cleartext queue, same run.
+(``remote``: CURVE, the default; ``remote-aes``; ``remote-insecure``) over vLLM's cleartext queue, same run.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def _goals_vs_vllm_and_memcpy(s: dict, add) -> None:
 
 #: issue 42: (implementation, payload, most ringcast / vLLM one-way p50)
 _REMOTE_LATENCY = (("remote", "sched256", 1.0), ("remote", "blob64k", 1.0), ("remote", "dict1m", 2.0),
+                   ("remote-aes", "sched256", 1.0), ("remote-aes", "blob64k", 1.0), ("remote-aes", "dict1m", 2.0),
                    ("remote-insecure", "sched256", 1.0), ("remote-insecure", "dict1m", 1.2))
 
 
@@ -76,7 +77,7 @@ def _goals_remote(s: dict, add) -> None:
         for payload in ("sched256", "blob64k", "dict1m", "blob16m"):
             case = f"flood/{payload}/{n}r/remote"
             vl = _get(s, case, "vllm-remote", "msgs_per_s")
-            for impl in ("remote", "remote-insecure"):
+            for impl in ("remote", "remote-aes", "remote-insecure"):
                 rc = _get(s, case, impl, "msgs_per_s")
                 if rc and vl:
                     add(f"{case}: {impl} messages/s >= vLLM's", f"{rc:,.0f} vs {vl:,.0f} = {rc / vl:.2f}x", rc >= vl)

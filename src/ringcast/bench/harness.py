@@ -17,7 +17,7 @@ Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same w
 of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
 Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
-``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
+``remote-aes`` (``remote_security="aes-gcm"``), ``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
 ``n_local_reader=0``, cleartext); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
 ``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
 go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
@@ -48,7 +48,7 @@ from .transports import FAMILY, PEER, make_writer, open_reader
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-insecure", "vllm-remote", "overflow", "vllm-overflow")
+IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "overflow", "vllm-overflow")
 #: messages per batch
 COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
 #: the cases of other families than local readers on the default ring: one TCP reader (or three)

@@ -19,8 +19,9 @@ way an application would use it):
   from the loader named by ``ringcast bench --vllm-loader`` (:func:`load_message_queue_class`: a
   Python file or module that provides ``MessageQueue`` or ``load_vllm_shm_broadcast()``, such as
   ``../shared/peers/vllm_peer.py``); never a dependency. It runs with its own defaults.
-* ``remote``, ``remote-insecure`` - ringcast with remote readers only (``n_local_reader=0``, TCP
-  on 127.0.0.1): CurveZMQ (the default), ``remote_insecure=True``; ``vllm-remote``: vLLM's queue
+* ``remote``, ``remote-aes``, ``remote-insecure`` - ringcast with remote readers only
+  (``n_local_reader=0``, TCP on 127.0.0.1): CurveZMQ (the default), ``remote_security="aes-gcm"``,
+  ``remote_insecure=True``; ``vllm-remote``: vLLM's queue
   in the same shape (cleartext). ``overflow`` / ``vllm-overflow`` (the second harness only): local
   readers on 1 MiB chunks, so a 1 MiB message overflows to the socket. :data:`FAMILY`,
   :data:`PEER`, :func:`queue_shape`;
@@ -54,12 +55,13 @@ __all__ = ["TRANSPORTS", "FAMILY", "PEER", "BenchLoaderError", "available", "loa
 _READY_TIMEOUT = 120.0
 #: the family of each implementation whose readers are not local readers of the default ring:
 #: remote (TCP on 127.0.0.1) or local on 1 MiB chunks, where a 1 MiB message overflows
-FAMILY = {"remote": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+FAMILY = {"remote": "remote", "remote-aes": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
 #: each ringcast implementation and the vLLM one it is compared with
-PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
+PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-aes": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
 _OVERFLOW_CHUNK = 1 << 20
 #: the constructor arguments of each ringcast implementation beyond its shape
-_EXTRA = {"arena": {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}, "remote-insecure": {"remote_insecure": True}}
+_EXTRA = {"arena": {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}, "remote-insecure": {"remote_insecure": True},
+          "remote-aes": {"remote_security": "aes-gcm"}}
 
 
 def queue_shape(impl: str, n: int) -> dict:
@@ -346,11 +348,11 @@ class _FloorWriter:
             self.w = None
 
 
-TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-insecure": _RingcastWriter,
+TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-aes": _RingcastWriter, "remote-insecure": _RingcastWriter,
               "overflow": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
               "vllm": _VllmWriter, "vllm-remote": _VllmWriter, "vllm-overflow": _VllmWriter}
 #: what ``ringcast bench`` runs (the overflow family is the second harness's)
-_BENCH = ("ringcast", "arena", "remote", "remote-insecure", "zmq", "pipe", "floor")
+_BENCH = ("ringcast", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor")
 
 
 def available(vllm_loader: str | None = None) -> dict:

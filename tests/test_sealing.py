@@ -1,0 +1,280 @@
+"""remote_security="aes-gcm" (ringcast.sealing, issue 42 point 3): every remote frame sealed with
+AES-256-GCM under a key derived from the handle's secret.
+
+The unit tests drive a Sealer and an Opener directly: every frame opens to what was sealed, and
+an altered, replayed, reordered, cut-short or foreign message is refused whole. The end-to-end
+test puts a relay on the TCP path that flips one byte inside a 1 MiB message: a sealed channel
+refuses it, and the control (``remote_insecure``, cleartext) delivers the altered bytes, so the
+test can fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import sys
+import threading
+
+import pytest
+import zmq
+
+from ringcast import HandleError, ImpostorError, MessageQueue
+from ringcast.channel import security_mode
+from ringcast.handshake import check_handle
+from ringcast.sealing import TAG, Opener, ReaderKeys, Sealer, WriterKeys
+
+SECRET, OTHER = b"s" * 16, b"o" * 16
+NONCE = b"n" * 16
+BIG = 1 << 20
+_TIMEOUT = 60
+
+
+def _pair():
+    s = Sealer()
+    return s, Opener(s.key, "test")
+
+
+def _frames():
+    """A message's wire frames of every kind the writer hands the socket."""
+    return [b"head and pickle", zmq.Frame(os.urandom(BIG), copy=False), memoryview(os.urandom(300_000)), bytearray(b"x" * 100)]
+
+
+def _plain(frames):
+    return [bytes(f.buffer if isinstance(f, zmq.Frame) else f) for f in frames]
+
+
+def _sealed(sealer, frames):
+    return [bytearray(f.buffer if isinstance(f, zmq.Frame) else f) for f in sealer.seal(frames)]
+
+
+def test_every_frame_opens_to_what_was_sealed():
+    s, o = _pair()
+    for _ in range(3):
+        msg = _frames()
+        got = o.open(_sealed(s, msg))
+        assert [bytes(g) for g in got] == _plain(msg)
+    assert s.counter == o.counter == 3
+
+
+@pytest.mark.parametrize("frame, where", [(0, "counter"), *[(k, w) for k in range(4) for w in ("ciphertext", "tag")]])
+def test_an_altered_byte_anywhere_refuses_the_message_and_the_next_one_opens(frame, where):
+    s, o = _pair()
+    sealed = _sealed(s, _frames())
+    at = {"counter": 0, "ciphertext": 8 if frame == 0 else 0, "tag": len(sealed[frame]) - 1}[where]
+    sealed[frame][at] ^= 0x01
+    with pytest.raises(ImpostorError, match="refused"):
+        o.open(sealed)
+    msg = _frames()
+    assert [bytes(g) for g in o.open(_sealed(s, msg))] == _plain(msg)
+
+
+def test_a_replayed_or_reordered_message_is_refused():
+    s, o = _pair()
+    first, second = _sealed(s, [b"one"]), _sealed(s, [b"two"])
+    assert bytes(o.open(second)[0]) == b"two"
+    with pytest.raises(ImpostorError, match="not above"):
+        o.open(first)  # older
+    with pytest.raises(ImpostorError, match="not above"):
+        o.open(second)  # again
+
+
+def test_a_message_cut_short_or_spliced_is_refused():
+    s, o = _pair()
+    a, b = _sealed(s, [b"a0", b"a1", b"a2"]), _sealed(s, [b"b0", b"b1", b"b2"])
+    with pytest.raises(ImpostorError, match="frame"):
+        o.open(a[:2])  # the last frame dropped: the frame count is authenticated
+    with pytest.raises(ImpostorError, match="frame 1"):
+        o.open([b[0], a[1], b[2]])  # a frame of another message: its nonce is another's
+    assert [bytes(x) for x in o.open(b)] == [b"b0", b"b1", b"b2"]
+
+
+def test_another_writers_key_opens_nothing():
+    with pytest.raises(ImpostorError, match="authentication"):
+        Opener(Sealer().key, "test").open(_sealed(Sealer(), [b"hello"]))
+
+
+def test_the_key_exchange_gives_the_reader_the_writers_key_and_nobody_else():
+    """A reader's hello (with the handle's secret) is answered with the writer's message key,
+    wrapped for that connection; a hello made without the secret gets no answer, an answer for
+    another hello or altered in any byte gives no opener."""
+    sealer = Sealer()
+    writer = WriterKeys(SECRET, sealer)
+    reader = ReaderKeys(SECRET, "test")
+    answer = writer.answer(NONCE, reader.hello(NONCE))
+    assert reader.opener(answer).key == sealer.key
+    assert writer.answer(NONCE, ReaderKeys(OTHER, "test").hello(NONCE)) is None  # no secret: nothing
+    other = ReaderKeys(SECRET, "test")
+    other.hello(NONCE)
+    assert other.opener(answer) is None  # another connection's answer: its X25519 key is not ours
+    for k in range(3):
+        r = ReaderKeys(SECRET, "test")
+        bad = writer.answer(NONCE, r.hello(NONCE))
+        bad[k] = bytes([bad[k][0] ^ 1]) + bad[k][1:]
+        assert r.opener(bad) is None, f"answer frame {k} altered"
+
+
+def test_a_reconnected_reader_keeps_its_counter():
+    """The same writer's key on a new connection: the opener (and the last counter) carries over,
+    so a message of the old connection replayed on the new one is refused."""
+    sealer = Sealer()
+    writer, reader = WriterKeys(SECRET, sealer), ReaderKeys(SECRET, "test")
+    first = reader.opener(writer.answer(NONCE, reader.hello(NONCE)))
+    old = _sealed(sealer, [b"old"])
+    first.open(old)
+    second = reader.opener(writer.answer(b"m" * 16, reader.hello(b"m" * 16)))
+    assert second is first
+    with pytest.raises(ImpostorError, match="not above"):
+        second.open(old)
+
+
+def test_a_forked_writer_refuses_to_seal(monkeypatch):
+    """A child of the writer's process would count from the parent's counter: nonces would repeat."""
+    s = Sealer()
+    s.seal([b"parent"])
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    with pytest.raises(RuntimeError, match="repeat AES-GCM nonces"):
+        s.seal([b"child"])
+    assert s.counter == 1
+
+
+def test_an_opened_buffer_is_reused_only_once_no_view_of_it_lives():
+    """The reader opens large frames into kept buffers: one still held by the application (an
+    array built on it) is never written again; a released one is reused (no allocation)."""
+    s, o = _pair()
+    first = _frames()
+    held = o.open(_sealed(s, first))[1]  # kept, as an unpickled array keeps its buffer
+    for _ in range(3):
+        got = o.open(_sealed(s, _frames()))
+        assert bytes(held) == _plain(first)[1]
+        released = id(got[1].obj)  # the pool keeps it alive: its id stays its own
+        del got
+    again = o.open(_sealed(s, _frames()))[1]
+    assert id(again.obj) == released and again.obj is not held.obj
+    assert len(o._bufs) == 3  # the held one, the 1 MiB one reused, the 300,000-byte one reused
+
+
+def test_the_buffer_budget_bounds_what_the_reader_keeps():
+    s = Sealer()
+    o = Opener(s.key, "test", budget=2 * BIG)
+    held = [o.open(_sealed(s, _frames())) for _ in range(4)]  # all held: none reusable
+    assert sum(map(len, o._bufs)) <= 2 * BIG
+    assert [bytes(h[0]) for h in held] == [b"head and pickle"] * 4
+
+
+def test_security_modes_and_handles_are_checked():
+    assert security_mode(None, False) == "curve" and security_mode(None, True) == "insecure"
+    assert security_mode("aes-gcm", False) == "aes-gcm"
+    with pytest.raises(ValueError, match="expected one of"):
+        security_mode("aes", False)
+    with pytest.raises(ValueError, match="contradicts"):
+        security_mode("curve", True)
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+    try:
+        h = w.export_handle()
+        assert h.remote_cipher == "aes-gcm" and h.remote_curve_keys is None
+        for bad in (dataclasses.replace(h, remote_cipher="rot13"),
+                    dataclasses.replace(h, remote_curve_keys=(b"k" * 40,) * 3)):
+            with pytest.raises(HandleError, match="remote_cipher"):
+                check_handle(bad, 0)
+    finally:
+        w.close()
+
+
+def test_without_the_cryptography_package_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'ringcast\[aes\]'"):
+        MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+
+
+class _Relay:
+    """A TCP relay on 127.0.0.1 (a kernel-chosen port) to ``port``: it forwards both ways and
+    flips one bit of the writer-to-reader stream at byte ``flip`` (on the network path)."""
+
+    def __init__(self, port: int, flip: int) -> None:
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port, self._to, self._flip, self.flipped = self.lsock.getsockname()[1], port, flip, False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._conns: list = []
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        try:
+            c, _ = self.lsock.accept()
+        except OSError:
+            return
+        up = socket.create_connection(("127.0.0.1", self._to))
+        self._conns += [c, up]
+        for src, dst, flip in ((up, c, True), (c, up, False)):
+            t = threading.Thread(target=self._pump, args=(src, dst, flip), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _pump(self, src, dst, flip: bool) -> None:
+        seen = 0
+        try:
+            while data := src.recv(1 << 16):
+                if flip and seen <= self._flip < seen + len(data):
+                    data = bytearray(data)
+                    data[self._flip - seen] ^= 0x01
+                    self.flipped = True
+                seen += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.lsock.close()
+        for s in self._conns:
+            s.close()
+        for t in self._threads:
+            t.join(_TIMEOUT)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["aes-gcm", "insecure"])
+def test_a_byte_altered_on_the_network_path_is_refused(mode, caplog):
+    """A relay between writer and reader flips one bit in the middle of a 1 MiB message. Sealed,
+    the reader raises ImpostorError and then takes the next message; in cleartext (the control)
+    it delivers the altered bytes."""
+    caplog.set_level(logging.ERROR, logger="ringcast")  # the insecure mode's warning
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
+    h = w.export_handle()
+    port = int(h.remote_subscribe_addr.rsplit(":", 1)[1])
+    relay = _Relay(port, flip=BIG // 2)  # the handshake, proof and READY are a few hundred bytes
+    r = None
+    try:
+        r = MessageQueue.create_from_handle(dataclasses.replace(h, remote_subscribe_addr=f"tcp://127.0.0.1:{relay.port}"), 0)
+        t = threading.Thread(target=r.wait_until_ready, args=(_TIMEOUT,))
+        t.start()
+        w.wait_until_ready(_TIMEOUT)
+        t.join(_TIMEOUT)
+        payload = os.urandom(BIG)
+        w.enqueue(payload, timeout=_TIMEOUT)
+        w.enqueue(b"next", timeout=_TIMEOUT)
+        if mode == "aes-gcm":
+            with pytest.raises(ImpostorError, match="failed AES-GCM authentication"):
+                r.dequeue(timeout=_TIMEOUT)
+        else:
+            got = r.dequeue(timeout=_TIMEOUT)
+            assert len(got) == BIG and got != payload  # the control: cleartext delivers the alteration
+        assert relay.flipped
+        assert r.dequeue(timeout=_TIMEOUT) == b"next"
+    finally:
+        if r is not None:
+            r.close()
+        w.close()
+        relay.close()
+
+
+def test_a_sealed_frame_is_its_plaintext_and_a_tag_longer():
+    s = Sealer()
+    out = s.seal([b"x" * 10, b"y" * 20])
+    assert [len(f) for f in out] == [8 + 10 + TAG, 20 + TAG]
