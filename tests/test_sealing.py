@@ -129,14 +129,28 @@ def test_a_reconnected_reader_keeps_its_counter():
         second.open(old)
 
 
-def test_a_forked_writer_refuses_to_seal(monkeypatch):
+def test_a_forked_writer_refuses_to_seal():
     """A child of the writer's process would count from the parent's counter: nonces would repeat."""
     s = Sealer()
     s.seal([b"parent"])
-    monkeypatch.setattr(os, "getpid", lambda: -1)
-    with pytest.raises(RuntimeError, match="repeat AES-GCM nonces"):
-        s.seal([b"child"])
-    assert s.counter == 1
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once
+        try:
+            s.seal([b"child"])
+            os.write(wfd, b"sealed")
+        except RuntimeError as e:
+            os.write(wfd, b"refused" if "repeat AES-GCM nonces" in str(e) else b"other")
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    try:
+        got = os.read(rfd, 100)
+    finally:
+        os.close(rfd)
+        os.waitpid(pid, 0)
+    assert got == b"refused"
+    assert len(s.seal([b"parent again"])) == 1  # the parent goes on
 
 
 def test_an_opened_buffer_is_reused_only_once_no_view_of_it_lives():

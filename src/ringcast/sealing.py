@@ -58,6 +58,7 @@ _COUNTER = struct.Struct("<Q")  # a message's counter, before its first frame's 
 _INDEX = struct.Struct("<I")  # a frame's index: the last 4 bytes of its nonce
 _AAD = struct.Struct("<I")  # the message's number of frames
 _PUB = 32  # an X25519 public key
+_FIRST, _ONE = _INDEX.pack(0), _AAD.pack(1)  # a one-frame message's nonce tail and associated data
 HELLO_BYTES = _PUB + hashlib.sha256().digest_size  # what a reader's challenge carries after its nonce
 _WRAP_NONCE, _WRAP_AAD = bytes(12), b"ringcast aes-gcm message key"  # the wrapping key is one connection's, used once
 
@@ -167,15 +168,18 @@ class Sealer:
         self.key = os.urandom(32)
         self._aead = aes_gcm()(self.key)
         self._buffers = Buffers(budget)
-        self._pid = os.getpid()
+        self._pid, self._forks = os.getpid(), _forks[0]
         self.counter = 0  # the last message's
 
     def seal(self, frames: list) -> list:
-        if os.getpid() != self._pid:
+        if _forks[0] != self._forks:  # a forked child (os.register_at_fork below): cheaper than a getpid per message
             raise RuntimeError(
                 f"this queue's writer was made in process {self._pid}; process {os.getpid()} (a fork of it) cannot send "
                 "on its remote channel: its message counter would repeat AES-GCM nonces. Make the queue in the process that writes")
         self.counter = ctr = self.counter + 1
+        if len(frames) == 1 and type(f := frames[0]) is bytes and len(f) < OWNED_MIN:  # the common small message
+            prefix = _COUNTER.pack(ctr)
+            return [prefix + self._aead.encrypt(prefix + _FIRST, f, _ONE)]
         prefix, aad, seal = _COUNTER.pack(ctr), _AAD.pack(len(frames)), self._aead
         out = []
         for k, f in enumerate(frames):
@@ -192,6 +196,10 @@ class Sealer:
             seal.encrypt_into(nonce, src, aad, mv[head:])
             out.append(Buffers.lend(entry, mv))
         return out
+
+
+_forks = [0]  # forks of this process so far, counted in the child
+os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 
 class Opener:
@@ -226,8 +234,15 @@ class Opener:
         (ctr,) = _COUNTER.unpack_from(first)
         if ctr <= self.counter:
             raise self._refused(f"its counter {ctr} is not above the last message's, {self.counter} (replayed or reordered)")
-        prefix, aad, aead = first[: _COUNTER.size].tobytes(), _AAD.pack(len(frames)), self._aead
-        out = []
+        prefix, aead = first[: _COUNTER.size].tobytes(), self._aead
+        if len(frames) == 1 and first.nbytes - _COUNTER.size - TAG < OWNED_MIN:  # the common small message
+            try:
+                out = [aead.decrypt(prefix + _FIRST, first[_COUNTER.size :], _ONE)]
+            except Exception as e:
+                raise self._refused(f"frame 0 of 1 failed AES-GCM authentication ({type(e).__name__})") from None
+            self.counter = ctr
+            return out
+        aad, out = _AAD.pack(len(frames)), []
         for k, f in enumerate(frames):
             src = first[_COUNTER.size :] if k == 0 else memoryview(f)
             nonce = prefix + _INDEX.pack(k)
