@@ -288,6 +288,50 @@ def test_a_byte_altered_on_the_network_path_is_refused(mode, caplog):
         relay.close()
 
 
+def test_received_frames_of_every_shape_open():
+    """What the reader's socket hands the opener: ``zmq.Frame`` objects (``copy=False``), a
+    byte view (the topic stripped from the front of the first), ``bytes`` (``copy=True``)."""
+    s, o = _pair()
+    for msg in ([b"p" * 20_000], [b"p" * 300_000], [b"p" * 300], [b"p" * 100, os.urandom(BIG), b"q" * 20_000]):
+        sealed = [bytes(f.buffer if isinstance(f, zmq.Frame) else f) for f in s.seal(msg)]
+        as_frames = [zmq.Frame(f) for f in sealed]
+        for shape in (as_frames, [memoryview(b"topic" + sealed[0])[5:], *as_frames[1:]], sealed):
+            o.counter = 0
+            assert [bytes(x) for x in o.open(shape)] == msg
+
+
+@pytest.mark.timeout(60)
+def test_messages_of_every_shape_reach_two_sealed_remote_readers():
+    """Small and large pickles (the topic in front of the first frame, or a frame of its own),
+    out-of-band arrays and buffers, end to end, to two readers (frames shared between them)."""
+    np = pytest.importorskip("numpy")
+    w = MessageQueue(2, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+    h, got = w.export_handle(), {}
+    msgs = [list(range(20_000)), list(range(100_000)), {"a": np.ones(300_000), "b": [str(i) for i in range(30_000)]}, "x",
+            bytearray(b"q" * 500_000), os.urandom(BIG)]
+    readers = [MessageQueue.create_from_handle(h, i) for i in (0, 1)]
+    try:
+        def run(i):
+            readers[i].wait_until_ready(_TIMEOUT)
+            got[i] = [readers[i].dequeue(timeout=_TIMEOUT) for _ in msgs]
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        for t in ts:
+            t.start()
+        w.wait_until_ready(_TIMEOUT)
+        for m in msgs:
+            w.enqueue(m, timeout=_TIMEOUT)
+        for t in ts:
+            t.join(_TIMEOUT)
+        for i in (0, 1):
+            g = got[i]
+            assert g[:2] == msgs[:2] and g[3:] == msgs[3:]
+            assert (g[2]["a"] == 1).all() and g[2]["b"] == msgs[2]["b"]
+    finally:
+        for q in (*readers, w):
+            q.close()
+
+
 def test_a_sealed_frame_is_its_plaintext_and_a_tag_longer():
     s = Sealer()
     out = s.seal([b"x" * 10, b"y" * 20])

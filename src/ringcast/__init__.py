@@ -41,6 +41,8 @@ import cycle exists, imports inside functions included):
   goes on the wire) and stops reconnecting once the writer is gone.
 * :mod:`ringcast.fanout` - the writer's remote socket: a ROUTER that serves each admitted reader
   connection and caps what one connection may send.
+* :mod:`ringcast.sealing` - ``remote_security="aes-gcm"``: the key exchange in a remote reader's
+  challenge and its answer, and AES-256-GCM over every remote frame.
 * :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
 * :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
 * :mod:`ringcast.roles` - a queue's :class:`Role` and each side's observer (overflow sends and

@@ -228,20 +228,27 @@ class Opener:
         return memoryview(b)[:n]
 
     def open(self, frames: list) -> list:
-        first = memoryview(frames[0])
+        first = frames[0]
+        if type(first) is zmq.Frame:  # the topic came as a frame of its own (a first frame of SHARE_MIN bytes or more)
+            first = first.buffer
+        if len(frames) == 1 and _COUNTER.size + TAG <= len(first) < OWNED_MIN:  # the common small message (bytes, or a byte view)
+            prefix = bytes(first[: _COUNTER.size])
+            ctr = int.from_bytes(prefix, "little")
+            if ctr <= self.counter:
+                raise self._refused(f"its counter {ctr} is not above the last message's, {self.counter} (replayed or reordered)")
+            try:
+                out = [self._aead.decrypt(prefix + _FIRST, first[_COUNTER.size :], _ONE)]
+            except Exception as e:
+                raise self._refused(f"frame 0 of 1 failed AES-GCM authentication ({type(e).__name__})") from None
+            self.counter = ctr
+            return out
+        first = memoryview(first)
         if first.nbytes < _COUNTER.size + TAG:
             raise self._refused(f"its first frame has {first.nbytes} bytes, less than a counter and a tag")
         (ctr,) = _COUNTER.unpack_from(first)
         if ctr <= self.counter:
             raise self._refused(f"its counter {ctr} is not above the last message's, {self.counter} (replayed or reordered)")
         prefix, aead = first[: _COUNTER.size].tobytes(), self._aead
-        if len(frames) == 1 and first.nbytes - _COUNTER.size - TAG < OWNED_MIN:  # the common small message
-            try:
-                out = [aead.decrypt(prefix + _FIRST, first[_COUNTER.size :], _ONE)]
-            except Exception as e:
-                raise self._refused(f"frame 0 of 1 failed AES-GCM authentication ({type(e).__name__})") from None
-            self.counter = ctr
-            return out
         aad, out = _AAD.pack(len(frames)), []
         for k, f in enumerate(frames):
             src = first[_COUNTER.size :] if k == 0 else memoryview(f)

@@ -9,7 +9,7 @@
   The difference CURVE - PLAIN is the encryption's cost on the critical path of a message.
 * ``aead``: if the ``cryptography`` package is importable (OpenSSL; AES-NI and AVX2 where the CPU
   has them), AES-256-GCM and ChaCha20-Poly1305 sealing and opening one MiB in place of CURVE's
-  payload encryption (a key per connection would be derived from the CURVE handshake), and
+  payload encryption, and
   HMAC-SHA256 / BLAKE2b (hashlib), GMAC (AES-GCM sealing nothing, the frame as associated data)
   and Poly1305 over one MiB: the cost of authentication without encryption (issue 35's per-frame
   MAC for ``remote_insecure``).
@@ -115,6 +115,10 @@ def aead_cost(n: int) -> dict:
         sealed = a.encrypt(nonce, data, None)
         out[f"{name} seal"] = _per_mib(lambda: a.encrypt(nonce, data, None), n)
         out[f"{name} open"] = _per_mib(lambda: a.decrypt(nonce, sealed, None), n)
+        if hasattr(a, "encrypt_into"):  # cryptography >= 47: into a kept buffer, what remote_security="aes-gcm" does
+            buf, plain = bytearray(MIB + 16), bytearray(MIB)
+            out[f"{name} seal into a kept buffer"] = _per_mib(lambda: a.encrypt_into(nonce, data, None, buf), n)
+            out[f"{name} open into a kept buffer"] = _per_mib(lambda: a.decrypt_into(nonce, sealed, None, plain), n)
     return out
 
 

@@ -358,7 +358,7 @@ _BENCH = ("ringcast", "arena", "remote", "remote-aes", "remote-insecure", "zmq",
 def available(vllm_loader: str | None = None) -> dict:
     """Transports of ``ringcast bench`` usable here (without importing torch or vLLM; a
     ``vllm_loader`` is loaded)."""
-    out = {n: TRANSPORTS[n] for n in _BENCH}
+    out = {n: TRANSPORTS[n] for n in _BENCH if n != "remote-aes" or _has("cryptography")}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if vllm_loader is not None:
