@@ -67,11 +67,12 @@ class MessageQueue(QueueRole):
     :class:`DeadReaderError`, or with ``evict_dead_readers=True`` is evicted (its flags are set
     for good, spec model ``evict_correct``) and the others go on. Remote readers (TCP) are
     authenticated and encrypted with CurveZMQ, keys in the handle; ``remote_security="aes-gcm"``
-    seals every frame with AES-256-GCM instead (a third of the cost; :mod:`ringcast.sealing`);
-    ``remote_insecure=True`` (``remote_security="insecure"``) turns encryption off (cleartext;
-    both ends still authenticated with the handle's secret, logged; docs/reliability.md). ``segment_kind`` ("auto", "memfd" or "posix") picks the
-    shared-memory segment: "auto" is an anonymous memfd segment on Linux (no name in /dev/shm, not
-    limited by its size, freed when the last process holding it dies), else a named POSIX one.
+    seals every frame with AES-256-GCM instead (a third of CurveZMQ's cryptography;
+    :mod:`ringcast.sealing`); ``remote_insecure=True`` (``remote_security="insecure"``) turns
+    encryption off (cleartext; both ends still authenticated with the handle's secret, logged;
+    docs/reliability.md). ``segment_kind`` ("auto", "memfd" or "posix") picks the shared-memory
+    segment: "auto" is an anonymous memfd segment on Linux (no name in /dev/shm, not limited by
+    its size, freed when the last process holding it dies), else a named POSIX one.
     ``tensor_arena_bytes`` > 0 adds a tensor arena of that many bytes in ``tensor_arena_slots``
     slots, ringcast's opt-in sharing mode: contiguous numpy arrays and CPU tensors of >= 1 MiB
     reach local readers as views shared by every local reader (numpy's read-only;

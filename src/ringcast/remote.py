@@ -31,6 +31,11 @@ Each connection proves its server before the reader accepts a message from it:
   seconds; after RECONNECT_WINDOW seconds without a connection (a completed ZMTP handshake) it
   raises :class:`DeadWriterError` naming the address and the time waited.
 
+With ``remote_security="aes-gcm"`` the challenge also carries the reader's half of a key
+exchange and the answer the writer's, with the key every message is sealed with
+(:mod:`ringcast.sealing`, which this module does not import: the channel hands a reader's
+socket its ``ReaderKeys``); the reader opens every message but READY before anything reads it.
+
 The per-message cost is one comparison of the topic (a frame of its own, or the start of the
 message's first frame: :mod:`ringcast.fanout`): nothing is hashed per message.
 Messages the writer sends between a reconnection and the reader's subscription to the wire topic
@@ -55,8 +60,6 @@ from .errors import DeadWriterError, HandleError, ImpostorError
 
 __all__ = ["RemoteSub", "READY", "is_ready", "derive", "wire_topic", "plain_password", "proof", "credentials",
            "start_auth", "ZapHandler", "RECONNECT_WINDOW", "RECONNECT_IVL", "NONCE_BYTES", "PLAIN_USER"]
-
-logger = logging.getLogger("ringcast")
 
 READY = b"READY"  # the writer's handshake message (ringcast.handshake)
 PLAIN_USER = "ringcast"  # remote_insecure: ZMTP PLAIN user; the password is plain_password(secret)
