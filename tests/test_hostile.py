@@ -19,7 +19,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringcast import HandleError, MessageQueue, ShmRingBuffer
-from ringcast import channel, remote
+from ringcast import channel, remote, sealing
 from ringcast.shm import SHM_DIR, Segment
 
 from _clients import Client
@@ -125,6 +125,52 @@ def test_a_sniffer_of_an_aes_gcm_channel_is_not_admitted_and_receives_nothing():
         assert sniffer.received(200) == 0
     finally:
         sniffer.close()
+        for q in (w, r):
+            if q is not None:
+                q.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("right_tag", [pytest.param(False, id="wrong-tag"), pytest.param(True, id="control-right-tag")])
+def test_an_aes_gcm_connection_is_admitted_only_with_its_answers_tag(right_tag):
+    """A connection sends a right hello (made with the handle's secret, as a holder of the handle
+    would, or replayed from the wire) and gets the writer's answer. Its subscription is admitted
+    only with the tag bound to that answer's fresh key: with another tag (all a replayer can
+    send) it is not counted, the real reader is, and the connection receives nothing; with the
+    right one (the control, so the test can fail) it is served."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+    h = w.export_handle()
+    c, r = Client(h.remote_subscribe_addr, handle=h, kind=zmq.DEALER), None
+    ready = threading.Thread(target=w.wait_until_ready, args=(20,), daemon=True)  # the writer answers while it waits
+    try:
+        assert c.connect()
+        keys, nonce, topic = sealing.ReaderKeys(h.topic, "test"), b"n" * remote.NONCE_BYTES, remote.wire_topic(h.topic)
+        c.sock.send(b"\x01" + topic + nonce + keys.hello(nonce))
+        ready.start()
+        assert c.sock.poll(20_000), "no answer to a right hello"
+        answer = c.sock.recv_multipart()
+        assert answer[0] == topic + nonce and keys.opener(answer[1:]) is not None
+        c.sock.send(b"\x01" + topic + (keys.admit_tag if right_tag else bytes(sealing.ADMIT_BYTES)))
+        if not right_tag:  # the real reader completes the writer's handshake
+            r = MessageQueue.create_from_handle(h, 0)
+            r.wait_until_ready(20)
+        ready.join(20)
+        assert not ready.is_alive()
+        msgs = list(range(N_MSG))
+        for m in msgs:
+            w.enqueue(m, timeout=20)
+        if right_tag:
+            got = 0
+            while got < 1 + N_MSG and c.sock.poll(20_000):  # READY, then every message
+                c.sock.recv_multipart()
+                got += 1
+            assert got == 1 + N_MSG
+        else:
+            assert [r.dequeue(timeout=20) for _ in msgs] == msgs
+            assert c.received(200) == 0
+    finally:
+        c.close()
+        ready.join(30)
         for q in (w, r):
             if q is not None:
                 q.close()

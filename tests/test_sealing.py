@@ -102,17 +102,34 @@ def test_the_key_exchange_gives_the_reader_the_writers_key_and_nobody_else():
     sealer = Sealer()
     writer = WriterKeys(SECRET, sealer)
     reader = ReaderKeys(SECRET, "test")
-    answer = writer.answer(NONCE, reader.hello(NONCE))
+    answer, tag = writer.answer(NONCE, reader.hello(NONCE))
     assert reader.opener(answer).key == sealer.key
+    assert reader.admit_tag == tag  # what its subscription carries: the writer admits it
     assert writer.answer(NONCE, ReaderKeys(OTHER, "test").hello(NONCE)) is None  # no secret: nothing
     other = ReaderKeys(SECRET, "test")
     other.hello(NONCE)
     assert other.opener(answer) is None  # another connection's answer: its X25519 key is not ours
     for k in range(3):
         r = ReaderKeys(SECRET, "test")
-        bad = writer.answer(NONCE, r.hello(NONCE))
+        bad = writer.answer(NONCE, r.hello(NONCE))[0]
         bad[k] = bytes([bad[k][0] ^ 1]) + bad[k][1:]
         assert r.opener(bad) is None, f"answer frame {k} altered"
+
+
+def test_a_replayed_hello_gets_a_key_nobody_can_open_and_no_admission():
+    """A listener replays a real reader's hello on a connection of its own: the writer answers
+    (the hello is right) with the key wrapped for the real reader's ephemeral key, and asks for a
+    subscription tag bound to a fresh public key of its own; the replayer has neither."""
+    sealer = Sealer()
+    writer, reader = WriterKeys(SECRET, sealer), ReaderKeys(SECRET, "test")
+    hello = reader.hello(NONCE)
+    real, real_tag = writer.answer(NONCE, hello)
+    replayed, replayed_tag = writer.answer(NONCE, hello)
+    assert replayed_tag != real_tag  # bound to each answer's fresh writer key
+    listener = ReaderKeys(OTHER, "test")  # no secret; its own X25519 key cannot open either answer
+    listener.hello(NONCE)
+    assert listener.opener(replayed) is None
+    assert reader.opener(real).key == sealer.key and reader.admit_tag == real_tag
 
 
 def test_a_reconnected_reader_keeps_its_counter():
@@ -120,10 +137,10 @@ def test_a_reconnected_reader_keeps_its_counter():
     so a message of the old connection replayed on the new one is refused."""
     sealer = Sealer()
     writer, reader = WriterKeys(SECRET, sealer), ReaderKeys(SECRET, "test")
-    first = reader.opener(writer.answer(NONCE, reader.hello(NONCE)))
+    first = reader.opener(writer.answer(NONCE, reader.hello(NONCE))[0])
     old = _sealed(sealer, [b"old"])
     first.open(old)
-    second = reader.opener(writer.answer(b"m" * 16, reader.hello(b"m" * 16)))
+    second = reader.opener(writer.answer(b"m" * 16, reader.hello(b"m" * 16))[0])
     assert second is first
     with pytest.raises(ImpostorError, match="not above"):
         second.open(old)

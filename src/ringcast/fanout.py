@@ -28,13 +28,14 @@ send finds it gone (``ZMQ_ROUTER_MANDATORY``: EHOSTUNREACH).
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 
 import zmq
 
 from .remote import NONCE_BYTES, READY, proof
-from .sealing import HELLO_BYTES, WriterKeys
+from .sealing import ADMIT_BYTES, HELLO_BYTES, WriterKeys
 
 __all__ = ["PeerSocket", "Readmitting", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
 
@@ -84,11 +85,12 @@ class PeerSocket(Readmitting):
         self.sock, self.topic = sock, topic
         #: remote_security="aes-gcm": a ringcast.sealing.Sealer, which every message goes through once
         #: (its frames are sealed, then sent to each connection); answers and READY are not sealed.
-        #: Its key goes to each connection in the answer to a hello (WriterKeys), and only
-        #: connections whose hello was right (``_keyed``, at most PEERS_TRACKED) are admitted.
+        #: Its key goes to each connection in the answer to a hello (WriterKeys), and only a
+        #: subscription carrying the tag of that answer (``_keyed``: connection -> tag, at most
+        #: PEERS_TRACKED) is admitted.
         self._sealer = sealer
         self._keys = WriterKeys(prover, sealer) if sealer is not None else None
-        self._keyed: dict[bytes, None] = {}
+        self._keyed: dict[bytes, bytes] = {}
         #: remote_insecure: the handle's secret, to answer readers' challenges (ringcast.remote);
         #: ``topic`` is then its wire topic, not the secret.
         self._prover = prover
@@ -139,12 +141,14 @@ class PeerSocket(Readmitting):
         if peer is None or len(msg) != 1:
             return False
         m, t = bytes(msg[0]), self.topic
-        if m == b"\x01" + t:
+        sub = b"\x01" + t
+        if m == sub if self._keys is None else len(m) == len(sub) + ADMIT_BYTES and m.startswith(sub):
             if peer in self._served:
                 return None
-            if self._keys is not None:
-                if peer not in self._keyed:
-                    return False  # aes-gcm: this connection's hello was never right, it holds no key
+            if self._keys is not None:  # aes-gcm: the tag of this connection's answer, which only a holder of the handle makes
+                tag = self._keyed.get(peer)
+                if tag is None or not hmac.compare_digest(m[len(sub):], tag):
+                    return False
                 del self._keyed[peer]
             self._served[peer] = self._others.pop(peer, 1)
             if self.ready_again:
@@ -155,10 +159,10 @@ class PeerSocket(Readmitting):
             nonce = m[1 + len(t):1 + len(t) + NONCE_BYTES]
             if self._keys is None:
                 answer = [proof(self._prover, nonce)]
-            elif (answer := self._keys.answer(nonce, m[1 + len(t) + NONCE_BYTES:])) is None:
+            elif (keyed := self._keys.answer(nonce, m[1 + len(t) + NONCE_BYTES:])) is None:
                 return False  # not from a holder of the handle: no answer, no key
             else:
-                self._keyed[peer] = None
+                answer, self._keyed[peer] = keyed
                 if len(self._keyed) > PEERS_TRACKED:
                     del self._keyed[next(iter(self._keyed))]
             self._send_to(peer, (t + nonce, *answer))

@@ -241,7 +241,7 @@ class RemoteSub:
             if self._keys is not None:
                 self._opener = opener
             self._proven = True
-            self.sock.send(b"\x01" + self.topic, zmq.NOBLOCK)
+            self.sock.send(b"\x01" + self.topic + (self._keys.admit_tag if self._keys is not None else b""), zmq.NOBLOCK)
             return None
         raise ImpostorError(
             f"the server at {self.addr} sent a {len(frames)}-frame message before proving that it is the queue's "

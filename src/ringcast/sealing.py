@@ -12,11 +12,13 @@ authenticated as with CurveZMQ, at about half its cost per MiB on the machine me
   so a message is sealed once whatever the number of readers. Each reader connection gets it
   wrapped under a key of that connection only: the reader's challenge carries an ephemeral
   X25519 public key and an HMAC of it under a key derived from the handle's secret
-  (:class:`ReaderKeys`; the writer answers nothing to a connection whose HMAC is wrong, and
-  admits only connections that passed it), and the writer's answer carries its own ephemeral
-  public key, the message key sealed under HKDF-SHA256 of the shared X25519 secret, and the
-  proof (:func:`ringcast.remote.proof`) over both public keys and the reader's nonce
-  (:class:`WriterKeys`). So a passive listener learns nothing even if it also has the handle
+  (:class:`ReaderKeys`; the writer answers nothing to a connection whose HMAC is wrong), and the
+  writer's answer carries its own ephemeral public key, the message key sealed under
+  HKDF-SHA256 of the shared X25519 secret, and the proof (:func:`ringcast.remote.proof`) over
+  both public keys and the reader's nonce (:class:`WriterKeys`). The reader's subscription then
+  carries an HMAC over both public keys (``admit_tag``), and the writer admits a connection only
+  with the tag of the answer it gave it: a replayed hello gets a key only its real reader can
+  open and cannot be followed by the right tag. So a passive listener learns nothing even if it also has the handle
   (the handle travels over gloo in cleartext in a torch group), and an active one needs the
   handle to pose as either end: as with CurveZMQ's ephemeral keys, a holder of the handle can
   join as a reader, not read a recording.
@@ -50,7 +52,7 @@ from .errors import ImpostorError
 from .remote import derive, proof
 from .wire import OWNED_MIN, Buffers
 
-__all__ = ["CIPHER", "TAG", "HELLO_BYTES", "Sealer", "Opener", "ReaderKeys", "WriterKeys", "aes_gcm"]
+__all__ = ["CIPHER", "TAG", "HELLO_BYTES", "ADMIT_BYTES", "Sealer", "Opener", "ReaderKeys", "WriterKeys", "aes_gcm"]
 
 CIPHER = "aes-gcm"  # the handle's ``remote_cipher`` for this mode
 TAG = 16  # GCM's tag, after each frame's ciphertext
@@ -60,6 +62,7 @@ _AAD = struct.Struct("<I")  # the message's number of frames
 _PUB = 32  # an X25519 public key
 _FIRST, _ONE = _INDEX.pack(0), _AAD.pack(1)  # a one-frame message's nonce tail and associated data
 HELLO_BYTES = _PUB + hashlib.sha256().digest_size  # what a reader's challenge carries after its nonce
+ADMIT_BYTES = hashlib.sha256().digest_size  # what a reader's subscription carries after the topic
 _WRAP_NONCE, _WRAP_AAD = bytes(12), b"ringcast aes-gcm message key"  # the wrapping key is one connection's, used once
 
 
@@ -87,8 +90,10 @@ def _x25519():
     return X25519PrivateKey, X25519PublicKey
 
 
-def _client_mac(secret: bytes, nonce: bytes, pub: bytes) -> bytes:
-    return hmac.new(derive(secret, b"aes-gcm client"), nonce + pub, hashlib.sha256).digest()
+def _client_mac(secret: bytes, *parts: bytes) -> bytes:
+    """A reader's HMAC of ``parts`` (its hello: nonce and public key; its subscription: "admit"
+    and both public keys too), under a key derived from the handle's secret."""
+    return hmac.new(derive(secret, b"aes-gcm client"), b"".join(parts), hashlib.sha256).digest()
 
 
 def _wrapping_key(shared: bytes, nonce: bytes, reader_pub: bytes, writer_pub: bytes) -> bytes:
@@ -101,12 +106,15 @@ def _wrapping_key(shared: bytes, nonce: bytes, reader_pub: bytes, writer_pub: by
 class WriterKeys:
     """The writer's half of a connection's key exchange (module docstring), for the writer's
     :class:`Sealer`: :meth:`answer` turns a reader's hello into the frames after the proof's
-    head, or None for a hello that does not come from a holder of the handle."""
+    head and the tag the connection's subscription must carry to be admitted, or None for a
+    hello that does not come from a holder of the handle. (A hello replayed from another
+    connection gets an answer only its own reader can open, and a tag bound to this answer's
+    fresh public key, which the replayer cannot make.)"""
 
     def __init__(self, secret: bytes, sealer: "Sealer") -> None:
         self._secret, self._key = secret, sealer.key
 
-    def answer(self, nonce: bytes, hello: bytes) -> list | None:
+    def answer(self, nonce: bytes, hello: bytes) -> tuple[list, bytes] | None:
         reader_pub, mac = hello[:_PUB], hello[_PUB:]
         if len(hello) != HELLO_BYTES or not hmac.compare_digest(mac, _client_mac(self._secret, nonce, reader_pub)):
             return None
@@ -118,18 +126,21 @@ class WriterKeys:
         except ValueError:  # a low-order point: no shared secret
             return None
         wrap = aes_gcm()(_wrapping_key(shared, nonce, reader_pub, writer_pub))
-        return [proof(self._secret, nonce + reader_pub + writer_pub), writer_pub, wrap.encrypt(_WRAP_NONCE, self._key, _WRAP_AAD)]
+        frames = [proof(self._secret, nonce + reader_pub + writer_pub), writer_pub, wrap.encrypt(_WRAP_NONCE, self._key, _WRAP_AAD)]
+        return frames, _client_mac(self._secret, b"admit", nonce, reader_pub, writer_pub)
 
 
 class ReaderKeys:
     """A remote reader's half of the key exchange: :meth:`hello` for each new connection's
-    challenge, :meth:`opener` for the writer's answer (None unless it proves the writer)."""
+    challenge, :meth:`opener` for the writer's answer (None unless it proves the writer), after
+    which :attr:`admit_tag` goes with the connection's subscription."""
 
     def __init__(self, secret: bytes, addr: str) -> None:
         aes_gcm()
         self._secret, self._addr = secret, addr
         self._private = self._pub = self._nonce = None
         self._opener: Opener | None = None  # kept across connections to the same writer (its counter)
+        self.admit_tag = b""  # the last proven answer's
 
     def hello(self, nonce: bytes) -> bytes:
         self._private = _x25519()[0].generate()
@@ -150,6 +161,7 @@ class ReaderKeys:
         except Exception:  # a low-order point, or a key that does not open
             return None
         self._private = None
+        self.admit_tag = _client_mac(self._secret, b"admit", nonce, pub, writer_pub)
         if self._opener is None or self._opener.key != key:
             self._opener = Opener(key, self._addr)
         return self._opener
