@@ -9,7 +9,8 @@ time. Modes run interleaved (A B C A B C ...) in rounds so that machine drift ca
 
 modes:
   futex      ringcast, spin=0: park on the eventcount futex at once (the primitive under test)
-  adaptive   ringcast, default spin (100 us) then futex
+  default    ringcast's default wait: spin (100 us; up to spin_max where messages come closer
+             than it, not at these gaps) then futex
   spin       ringcast, spin only (sched_yield forever), vLLM's policy
   poll-1ms   ringcast ring, parked by timed 1 ms sleeps (the no-futex fallback)
   zmq        a ZeroMQ PUB/SUB ipc socket; readers block in recv (a notify socket)
@@ -29,7 +30,7 @@ import statistics
 import sys
 import time
 
-MODES = ["futex", "adaptive", "spin", "poll-1ms", "zmq"]
+MODES = ["futex", "default", "spin", "poll-1ms", "zmq"]
 
 
 def _reader(mode, handle, rank, n, out_q):
@@ -55,7 +56,7 @@ def _reader(mode, handle, rank, n, out_q):
         s.close(0)
         ctx.term()
     else:
-        spin = {"futex": 0.0, "adaptive": 100e-6, "spin": 1e9, "poll-1ms": 0.0}[mode]
+        spin = {"futex": 0.0, "default": 100e-6, "spin": 1e9, "poll-1ms": 0.0}[mode]
         mq = MessageQueue.create_from_handle(handle, rank, spin=spin)
         if mode == "poll-1ms":
             ep = mq._endpoint  # no futex: timed 1 ms sleeps
