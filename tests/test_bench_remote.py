@@ -19,7 +19,7 @@ from ringcast.bench.runner import summarize
 from ringcast.bench.transports import available, make_writer, open_reader, queue_shape
 from ringcast.cli import main
 
-REMOTE = ("remote", "remote-insecure", "vllm-remote")
+REMOTE = ("remote", "remote-aes", "remote-insecure", "vllm-remote")
 
 
 def _loader(tmp_path, name):
@@ -123,7 +123,7 @@ def test_ratios_compare_remote_with_remote_and_each_ringcast_mode_with_its_vllm_
 def test_bench_runs_remote_cases_with_only_the_remote_implementations(tmp_path):
     """Small and bounded: 1 round of the quick remote 256 B hot and flood cases, 1 reader."""
     out = tmp_path / "b"
-    rc = main(["bench", "--quick", "--rounds", "1", "--no-plots", "--no-progress", "--impl", "remote-insecure", "--impl", "vllm-remote",
+    rc = main(["bench", "--quick", "--rounds", "1", "--no-plots", "--no-progress", "--impl", "remote-insecure", "--impl", "remote-aes", "--impl", "vllm-remote",
                "--vllm-loader", _loader(tmp_path, "fake_vllm_loader_r2"), "--case", "hot/sched256/1r/remote",
                "--case", "flood/sched256/1r/remote", "--out", str(out)])
     res = json.loads((out / "bench.json").read_text())
@@ -131,7 +131,7 @@ def test_bench_runs_remote_cases_with_only_the_remote_implementations(tmp_path):
     assert set(res["cases"]) == {"hot/sched256/1r/remote", "flood/sched256/1r/remote"}
     for c in res["cases"].values():
         assert set(c["impls"]) == set(REMOTE)  # no local queue, no in-process baseline
-        assert c["impls"]["remote-insecure"]["vs_vllm"] and c["impls"]["remote"]["vs_vllm"]
+        assert all(c["impls"][i]["vs_vllm"] for i in ("remote", "remote-aes", "remote-insecure"))
     hot = res["cases"]["hot/sched256/1r/remote"]["impls"]
     assert all(hot[i]["p50_us"] > 0 and hot[i]["enqueue_faults_mean"] is not None for i in REMOTE)
     assert all(res["cases"]["flood/sched256/1r/remote"]["impls"][i]["msgs_per_s"] > 0 for i in REMOTE)
@@ -143,14 +143,14 @@ def test_harness_remote_flood_with_three_readers(tmp_path):
     every message to 3 TCP readers, and each ringcast mode has its ratio over vLLM's."""
     out = tmp_path / "h.json"
     rc = harness.main(["--payload", "sched256", "--payload", "blob64k", "--readers", "3", "--mode", "flood", "--repeats", "1",
-                       "--scale", "0.05", "--impl", "remote", "--impl", "remote-insecure", "--impl", "vllm-remote",
+                       "--scale", "0.05", "--impl", "remote", "--impl", "remote-aes", "--impl", "remote-insecure", "--impl", "vllm-remote",
                        "--vllm-loader", _loader(tmp_path, "fake_vllm_loader_r3"), "--out", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
     assert set(res["summary"]) == {"sched256/3r/remote", "blob64k/3r/remote"} and res["mode"] == "flood"
     for st in res["summary"].values():
         assert set(st["impls"]) == set(REMOTE)
-        assert set(st["ratios"]) == {f"{i}/vllm-remote{a}" for i in ("remote", "remote-insecure") for a in ("", " all")}
+        assert set(st["ratios"]) == {f"{i}/vllm-remote{a}" for i in ("remote", "remote-aes", "remote-insecure") for a in ("", " all")}
 
 
 def test_warm_up_laps_are_per_family():
