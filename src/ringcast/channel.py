@@ -25,7 +25,9 @@ with ``remote_insecure=True``, ZMTP PLAIN with a password derived from the secre
 (cleartext: a sniffer can read it, and everything else; the secret itself never goes on the wire,
 and the writer proves itself to each reader connection: :mod:`ringcast.remote`, which is also
 the remote readers' socket). ``remote_security="aes-gcm"`` is that PLAIN channel with every
-message frame sealed with AES-256-GCM under a key derived from the secret (:mod:`ringcast.sealing`). So every TCP peer holds the handle. The TCP socket is a ROUTER,
+message frame sealed with AES-256-GCM under the writer's key, which reaches each reader
+connection in a key exchange authenticated with the secret (:mod:`ringcast.sealing`). So every
+TCP peer holds the handle. The TCP socket is a ROUTER,
 not an XPUB (:mod:`ringcast.fanout`): an XPUB keeps every distinct subscription a peer sends, in
 automatic and in manual mode alike, so a holder of the handle could grow the writer without
 bound (issue 35); a ROUTER names the connection of every upstream message (no pairing to get
