@@ -16,11 +16,12 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import pytest
 import zmq
 
-from ringcast import HandleError, ImpostorError, MessageQueue
+from ringcast import HandleError, ImpostorError, MessageQueue, RingTimeoutError
 from ringcast.channel import security_mode
 from ringcast.handshake import check_handle
 from ringcast.sealing import TAG, Opener, ReaderKeys, Sealer, WriterKeys
@@ -220,35 +221,40 @@ def test_without_the_cryptography_package_the_error_says_what_to_install(monkeyp
 
 
 class _Relay:
-    """A TCP relay on 127.0.0.1 (a kernel-chosen port) to ``port``: it forwards both ways and
-    flips one bit of the writer-to-reader stream at byte ``flip`` (on the network path)."""
+    """A TCP relay on 127.0.0.1 (a kernel-chosen port) to ``port``: it forwards both ways, flips
+    one bit of the first connection's writer-to-reader stream at byte ``flip`` (on the network
+    path; None: never), and :meth:`drop` cuts the connections it relays."""
 
-    def __init__(self, port: int, flip: int) -> None:
+    def __init__(self, port: int, flip: int | None) -> None:
         self.lsock = socket.create_server(("127.0.0.1", 0))
         self.port, self._to, self._flip, self.flipped = self.lsock.getsockname()[1], port, flip, False
+        self.accepted = 0
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._conns: list = []
         self._threads[0].start()
 
     def _accept(self) -> None:
-        try:
-            c, _ = self.lsock.accept()
-        except OSError:
-            return
-        up = socket.create_connection(("127.0.0.1", self._to))
-        self._conns += [c, up]
-        for src, dst, flip in ((up, c, True), (c, up, False)):
-            t = threading.Thread(target=self._pump, args=(src, dst, flip), daemon=True)
-            self._threads.append(t)
-            t.start()
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:  # closed
+                return
+            up = socket.create_connection(("127.0.0.1", self._to))
+            self._conns += [c, up]
+            flip = self._flip if self.accepted == 0 else None
+            self.accepted += 1
+            for src, dst, at in ((up, c, flip), (c, up, None)):
+                t = threading.Thread(target=self._pump, args=(src, dst, at), daemon=True)
+                self._threads.append(t)
+                t.start()
 
-    def _pump(self, src, dst, flip: bool) -> None:
+    def _pump(self, src, dst, flip: int | None) -> None:
         seen = 0
         try:
             while data := src.recv(1 << 16):
-                if flip and seen <= self._flip < seen + len(data):
+                if flip is not None and seen <= flip < seen + len(data):
                     data = bytearray(data)
-                    data[self._flip - seen] ^= 0x01
+                    data[flip - seen] ^= 0x01
                     self.flipped = True
                 seen += len(data)
                 dst.sendall(data)
@@ -261,12 +267,63 @@ class _Relay:
                 except OSError:
                     pass
 
+    def drop(self) -> None:
+        for s in self._conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
+        try:
+            self.lsock.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close from another thread does not)
+        except OSError:
+            pass
         self.lsock.close()
+        self.drop()
         for s in self._conns:
             s.close()
         for t in self._threads:
             t.join(_TIMEOUT)
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_that_reconnects_is_keyed_again_and_keeps_its_counter():
+    """The relay cuts the connection; the reader opens a new one through it (a new hello, a new
+    answer, the same message key) and is admitted again: it gets the messages sent from then on,
+    in order, each once. (That its counter carries over, so an old message replayed on the new
+    connection is refused: test_a_reconnected_reader_keeps_its_counter.)"""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
+    h = w.export_handle()
+    relay = _Relay(int(h.remote_subscribe_addr.rsplit(":", 1)[1]), flip=None)
+    r = None
+    try:
+        r = MessageQueue.create_from_handle(dataclasses.replace(h, remote_subscribe_addr=f"tcp://127.0.0.1:{relay.port}"), 0)
+        t = threading.Thread(target=r.wait_until_ready, args=(_TIMEOUT,))
+        t.start()
+        w.wait_until_ready(_TIMEOUT)
+        t.join(_TIMEOUT)
+        w.enqueue(0, timeout=_TIMEOUT)
+        assert r.dequeue(timeout=_TIMEOUT) == 0
+        relay.drop()
+        got, i, deadline = [], 1, time.monotonic() + 30
+        while not got:  # what is sent before the new connection is admitted is lost to it
+            assert time.monotonic() < deadline, "the reader was never admitted again"
+            w.enqueue(i, timeout=_TIMEOUT)
+            i += 1
+            try:
+                got.append(r.dequeue(timeout=0.05))
+            except RingTimeoutError:
+                pass
+        for k in range(i, i + 5):
+            w.enqueue(k, timeout=_TIMEOUT)
+        got += [r.dequeue(timeout=_TIMEOUT) for _ in range(i + 5 - got[0] - 1)]
+        assert got == list(range(got[0], i + 5)) and relay.accepted == 2
+    finally:
+        if r is not None:
+            r.close()
+        w.close()
+        relay.close()
 
 
 @pytest.mark.timeout(120)
