@@ -287,22 +287,35 @@ class _Relay:
             t.join(_TIMEOUT)
 
 
+def _through_relay(mode: str, flip: int | None):
+    """A writer in ``mode``, a relay to its port, and a reader joined through the relay, past
+    the READY handshake: ``(writer, relay, reader)``."""
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
+    h = w.export_handle()
+    relay = _Relay(int(h.remote_subscribe_addr.rsplit(":", 1)[1]), flip)
+    try:
+        r = MessageQueue.create_from_handle(dataclasses.replace(h, remote_subscribe_addr=f"tcp://127.0.0.1:{relay.port}"), 0)
+    except BaseException:
+        relay.close()
+        w.close()
+        raise
+    t = threading.Thread(target=r.wait_until_ready, args=(_TIMEOUT,))
+    t.start()
+    try:
+        w.wait_until_ready(_TIMEOUT)
+    finally:
+        t.join(_TIMEOUT)
+    return w, relay, r
+
+
 @pytest.mark.timeout(120)
 def test_a_reader_that_reconnects_is_keyed_again_and_keeps_its_counter():
     """The relay cuts the connection; the reader opens a new one through it (a new hello, a new
     answer, the same message key) and is admitted again: it gets the messages sent from then on,
     in order, each once. (That its counter carries over, so an old message replayed on the new
     connection is refused: test_a_reconnected_reader_keeps_its_counter.)"""
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security="aes-gcm")
-    h = w.export_handle()
-    relay = _Relay(int(h.remote_subscribe_addr.rsplit(":", 1)[1]), flip=None)
-    r = None
+    w, relay, r = _through_relay("aes-gcm", None)
     try:
-        r = MessageQueue.create_from_handle(dataclasses.replace(h, remote_subscribe_addr=f"tcp://127.0.0.1:{relay.port}"), 0)
-        t = threading.Thread(target=r.wait_until_ready, args=(_TIMEOUT,))
-        t.start()
-        w.wait_until_ready(_TIMEOUT)
-        t.join(_TIMEOUT)
         w.enqueue(0, timeout=_TIMEOUT)
         assert r.dequeue(timeout=_TIMEOUT) == 0
         relay.drop()
@@ -320,8 +333,7 @@ def test_a_reader_that_reconnects_is_keyed_again_and_keeps_its_counter():
         got += [r.dequeue(timeout=_TIMEOUT) for _ in range(i + 5 - got[0] - 1)]
         assert got == list(range(got[0], i + 5)) and relay.accepted == 2
     finally:
-        if r is not None:
-            r.close()
+        r.close()
         w.close()
         relay.close()
 
@@ -333,17 +345,8 @@ def test_a_byte_altered_on_the_network_path_is_refused(mode, caplog):
     the reader raises ImpostorError and then takes the next message; in cleartext (the control)
     it delivers the altered bytes."""
     caplog.set_level(logging.ERROR, logger="ringcast")  # the insecure mode's warning
-    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
-    h = w.export_handle()
-    port = int(h.remote_subscribe_addr.rsplit(":", 1)[1])
-    relay = _Relay(port, flip=BIG // 2)  # the handshake, proof and READY are a few hundred bytes
-    r = None
+    w, relay, r = _through_relay(mode, BIG // 2)  # the handshake, proof and READY are a few hundred bytes
     try:
-        r = MessageQueue.create_from_handle(dataclasses.replace(h, remote_subscribe_addr=f"tcp://127.0.0.1:{relay.port}"), 0)
-        t = threading.Thread(target=r.wait_until_ready, args=(_TIMEOUT,))
-        t.start()
-        w.wait_until_ready(_TIMEOUT)
-        t.join(_TIMEOUT)
         payload = os.urandom(BIG)
         w.enqueue(payload, timeout=_TIMEOUT)
         w.enqueue(b"next", timeout=_TIMEOUT)
@@ -356,8 +359,7 @@ def test_a_byte_altered_on_the_network_path_is_refused(mode, caplog):
         assert relay.flipped
         assert r.dequeue(timeout=_TIMEOUT) == b"next"
     finally:
-        if r is not None:
-            r.close()
+        r.close()
         w.close()
         relay.close()
 
