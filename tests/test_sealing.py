@@ -1,11 +1,13 @@
 """remote_security="aes-gcm" (ringcast.sealing, issue 42 point 3): every remote frame sealed with
-AES-256-GCM under a key derived from the handle's secret.
+AES-256-GCM under the writer's message key, which each reader connection gets in a key exchange
+authenticated with the handle's secret.
 
 The unit tests drive a Sealer and an Opener directly: every frame opens to what was sealed, and
-an altered, replayed, reordered, cut-short or foreign message is refused whole. The end-to-end
-test puts a relay on the TCP path that flips one byte inside a 1 MiB message: a sealed channel
-refuses it, and the control (``remote_insecure``, cleartext) delivers the altered bytes, so the
-test can fail.
+an altered, replayed, reordered, cut-short or foreign message is refused whole; and the key
+exchange (WriterKeys, ReaderKeys) gives the key to a holder of the handle only. The end-to-end
+tests put a relay on the TCP path: one flips one bit inside a 1 MiB message (a sealed channel
+refuses it; the control, ``remote_insecure``, delivers the altered bytes, so the test can fail),
+one cuts the connection (the reader is keyed and admitted again).
 """
 
 from __future__ import annotations
