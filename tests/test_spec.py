@@ -564,12 +564,14 @@ def test_a_tlc_run_past_its_timeout_is_stopped_after_its_thread_dump(tmp_path):
     """What run_tlc does at a timeout: SIGQUIT (a JVM prints its threads' stacks), a grace, then
     SIGKILL, keeping everything printed. Stand-ins for the JVM: one that prints on SIGQUIT and
     exits (it says 'ready' once its handler is in place: no race with the signal), and one that
-    ignores SIGQUIT and is killed after the grace."""
+    ignores SIGQUIT and is killed after the grace. The dumper writes with os.write, unbuffered:
+    with print, a SIGQUIT landing while 'ready' was still being flushed made the handler's print
+    re-enter the buffered stdout (RuntimeError: reentrant call), so the verdict hung on timing."""
     from ringcast.tlc.run import run_tlc, stop_with_dump
 
-    dumper = ("import signal, sys, time\n"
-              "signal.signal(signal.SIGQUIT, lambda *a: (print('thread dump', flush=True), sys.exit(3)))\n"
-              "print('ready', flush=True)\n"
+    dumper = ("import os, signal, time\n"
+              "signal.signal(signal.SIGQUIT, lambda *a: (os.write(1, b'thread dump\\n'), os._exit(3)))\n"
+              "os.write(1, b'ready\\n')\n"
               "while True: time.sleep(1)\n")
     with subprocess.Popen([sys.executable, "-c", dumper], stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
