@@ -144,13 +144,29 @@ def test_harness_remote_flood_with_three_readers(tmp_path):
     out = tmp_path / "h.json"
     rc = harness.main(["--payload", "sched256", "--payload", "blob64k", "--readers", "3", "--mode", "flood", "--repeats", "1",
                        "--scale", "0.05", "--impl", "remote", "--impl", "remote-aes", "--impl", "remote-insecure", "--impl", "vllm-remote",
-                       "--vllm-loader", _loader(tmp_path, "fake_vllm_loader_r3"), "--out", str(out)])
+                       "--impl", "zmq-remote", "--vllm-loader", _loader(tmp_path, "fake_vllm_loader_r3"), "--out", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
     assert set(res["summary"]) == {"sched256/3r/remote", "blob64k/3r/remote"} and res["mode"] == "flood"
+    modes = ("remote", "remote-aes", "remote-insecure")
     for st in res["summary"].values():
-        assert set(st["impls"]) == set(REMOTE)
-        assert set(st["ratios"]) == {f"{i}/vllm-remote{a}" for i in ("remote", "remote-aes", "remote-insecure") for a in ("", " all")}
+        assert set(st["impls"]) == {*REMOTE, "zmq-remote"}
+        assert set(st["ratios"]) == {f"{i}/vllm-remote{a}" for i in modes for a in ("", " all")} | {f"{i}/zmq-remote" for i in modes}
+
+
+def test_the_remote_floor_is_each_remote_modes_denominator_and_has_no_ratio_of_its_own():
+    """``zmq-remote`` (pyzmq PUB/SUB on the same TCP) is the floor of every ringcast remote mode,
+    also in a run without vLLM; vLLM's row and the floor's own get no floor ratio."""
+    raw = {"sched256/1r/remote": {i: [{"p50_us": p, "all_p50_us": p, "enqueue_p50_us": 1.0, "faults_p50": 0, "faults_mean": 0.0, "reader_faults_mean": 0.0}]
+                                  for i, p in (("remote", 300.0), ("remote-insecure", 150.0), ("zmq-remote", 100.0), ("vllm-remote", 120.0))}}
+    ratios = harness.summarize(raw)["sched256/1r/remote"]["ratios"]
+    assert ratios["remote/zmq-remote"] == 3.0 and ratios["remote-insecure/zmq-remote"] == 1.5
+    assert "vllm-remote/zmq-remote" not in ratios and not any(k.startswith("zmq-remote/") for k in ratios)
+    del raw["sched256/1r/remote"]["vllm-remote"]
+    ratios = harness.summarize(raw)["sched256/1r/remote"]["ratios"]
+    assert set(ratios) == {"remote/zmq-remote", "remote-insecure/zmq-remote"}
+    rows = {r.split("|")[2].strip(): r.split("|")[-2].strip() for r in harness.table({"summary": harness.summarize(raw)}).splitlines()[2:]}
+    assert rows == {"remote": "3.00", "remote-insecure": "1.50", "zmq-remote": ""}
 
 
 def test_warm_up_laps_are_per_family():

@@ -18,7 +18,9 @@ of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from `
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
 Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
 ``remote-aes`` (``remote_security="aes-gcm"``), ``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
-``n_local_reader=0``, cleartext); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
+``n_local_reader=0``, cleartext), and their floor ``zmq-remote`` (pyzmq PUB/SUB on the same TCP,
+pickle protocol 5, no copy: what the sockets and pickle cost with nothing of a queue; each remote
+ringcast mode's "ringcast / floor"); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
 ``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
 go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
 ``.../overflow``; each ringcast implementation's ratio is over its vLLM peer (``PEER``).
@@ -44,11 +46,12 @@ import time
 
 from ..stress.stats import median
 from .heap import apply_heap, minor_faults
-from .transports import FAMILY, PEER, make_writer, open_reader
+from .transports import FAMILY, PEER, REMOTE_FLOOR, make_writer, open_reader
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "overflow", "vllm-overflow")
+IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "zmq-remote", "overflow",
+         "vllm-overflow")
 #: messages per batch
 COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
 #: the cases of other families than local readers on the default ring: one TCP reader (or three)
@@ -322,7 +325,8 @@ def summarize(raw: dict) -> dict:
     """Per case and impl the median over repeats; ``ratios``: ringcast (or arena) over vLLM and
     over the floor (or floor-arena), of those medians; in the remote and overflow families each
     ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"`` (one-way) and
-    ``"<impl>/<peer> all"`` (until the last reader had it)."""
+    ``"<impl>/<peer> all"`` (until the last reader had it), and each remote one over the remote
+    floor, ``"<impl>/zmq-remote"``."""
     out: dict = {}
     for case, per in raw.items():
         s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
@@ -338,6 +342,8 @@ def summarize(raw: dict) -> dict:
             if impl in FAMILY and PEER.get(impl) in s:
                 ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
                 ratios[f"{impl}/{PEER[impl]} all"] = s[impl]["all_p50_us"] / s[PEER[impl]]["all_p50_us"]
+            if impl in PEER and FAMILY.get(impl) == "remote" and REMOTE_FLOOR in s:
+                ratios[f"{impl}/{REMOTE_FLOOR}"] = s[impl]["p50_us"] / s[REMOTE_FLOOR]["p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
@@ -354,6 +360,8 @@ def table(result: dict) -> str:
             if impl in FAMILY and f"{impl}/{PEER.get(impl)}" in st["ratios"]:
                 r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
+            if f"{impl}/{REMOTE_FLOOR}" in st["ratios"]:
+                r2 = f"{st['ratios'][f'{impl}/{REMOTE_FLOOR}']:.2f}"
             ra = f"{rat['rc/vllm all']:.2f}" if "rc/vllm all" in rat else ""
             if impl in FAMILY and f"{impl}/{PEER.get(impl)} all" in st["ratios"]:
                 ra = f"{st['ratios'][f'{impl}/{PEER[impl]} all']:.2f}"

@@ -10,7 +10,9 @@ way an application would use it):
   numpy arrays and CPU tensors of >= 1 MiB reach the readers as views of a shared slot;
 * ``zmq``      - pyzmq PUB/SUB over ``ipc://`` (an XPUB socket, used only to learn that every
   subscriber is connected, so no message is lost to the slow-joiner effect); pickle protocol 5
-  with out-of-band buffers sent as extra frames, high-water marks off;
+  with out-of-band buffers sent as extra frames, high-water marks off; ``zmq-remote`` (the second
+  harness only): the same over TCP on 127.0.0.1, the remote family's floor (no protocol, no
+  authentication, no copy at ``enqueue``: what the kernel, ZeroMQ and pickle cost on their own);
 * ``pipe``     - one ``multiprocessing.Pipe`` per reader; the writer pickles once and
   ``send_bytes`` to each;
 * ``torch``    - ``torch.distributed.broadcast_object_list`` on a gloo group (FileStore
@@ -49,13 +51,16 @@ from pathlib import Path
 
 from ..errors import RingcastError
 
-__all__ = ["TRANSPORTS", "FAMILY", "PEER", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader",
+__all__ = ["TRANSPORTS", "FAMILY", "PEER", "REMOTE_FLOOR", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader",
            "queue_shape"]
 
 _READY_TIMEOUT = 120.0
 #: the family of each implementation whose readers are not local readers of the default ring:
 #: remote (TCP on 127.0.0.1) or local on 1 MiB chunks, where a 1 MiB message overflows
-FAMILY = {"remote": "remote", "remote-aes": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "overflow": "overflow", "vllm-overflow": "overflow"}
+FAMILY = {"remote": "remote", "remote-aes": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "zmq-remote": "remote",
+          "overflow": "overflow", "vllm-overflow": "overflow"}
+#: the remote family's floor (the second harness's only): ZeroMQ's own sockets, nothing of a queue
+REMOTE_FLOOR = "zmq-remote"
 #: each ringcast implementation and the vLLM one it is compared with
 PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-aes": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
 _OVERFLOW_CHUNK = 1 << 20
@@ -210,7 +215,11 @@ def _dumps_oob(obj) -> list:
 
 
 class _ZmqWriter:
-    name = "zmq"
+    """``zmq`` (``ipc://``) or ``zmq-remote`` (TCP on 127.0.0.1, a port the kernel picks)."""
+
+    def __init__(self, name: str = "zmq") -> None:
+        self.name = name
+        self.path = None
 
     def prepare(self, n: int):
         import zmq
@@ -221,6 +230,9 @@ class _ZmqWriter:
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if self.name == "zmq-remote":
+            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+            return f"tcp://127.0.0.1:{port}"
         self.path = os.path.join(tempfile.gettempdir(), f"ringcast-bench-{os.getpid()}-{secrets.token_hex(6)}.ipc")
         self.sock.bind(f"ipc://{self.path}")
         return f"ipc://{self.path}"
@@ -248,10 +260,11 @@ class _ZmqWriter:
             self.sock.close()
             self.ctx.term()
             self.sock = None
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            if self.path is not None:
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
 
 
 class _PipeWriter:
@@ -349,7 +362,7 @@ class _FloorWriter:
 
 
 TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-aes": _RingcastWriter, "remote-insecure": _RingcastWriter,
-              "overflow": _RingcastWriter, "zmq": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
+              "overflow": _RingcastWriter, "zmq": _ZmqWriter, "zmq-remote": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
               "vllm": _VllmWriter, "vllm-remote": _VllmWriter, "vllm-overflow": _VllmWriter}
 #: what ``ringcast bench`` runs (the overflow family is the second harness's)
 _BENCH = ("ringcast", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor")
@@ -376,6 +389,8 @@ def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = 
         return _VllmWriter(spin, vllm_loader, name)
     if cls is _RingcastWriter:
         return _RingcastWriter(spin, name)
+    if cls is _ZmqWriter:
+        return _ZmqWriter(name)
     return cls()
 
 
@@ -401,7 +416,7 @@ def open_reader(name: str, info, index: int):
 
         r = FloorReader(*info, index)
         return r.recv, r.close
-    if name == "zmq":
+    if name in ("zmq", "zmq-remote"):
         import zmq
 
         ctx = zmq.Context()
