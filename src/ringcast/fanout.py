@@ -37,7 +37,7 @@ import zmq
 from .remote import NONCE_BYTES, READY, proof
 from .sealing import ADMIT_BYTES, HELLO_BYTES, WriterKeys
 
-__all__ = ["PeerSocket", "Readmitting", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
+__all__ = ["PeerSocket", "Readmitting", "io_threads", "PEER_MESSAGES_MAX", "PEERS_TRACKED", "READMIT_INTERVAL", "READMIT_BATCH"]
 
 logger = logging.getLogger("ringcast")
 
@@ -49,6 +49,16 @@ PEERS_TRACKED = 4096  # counters kept for connections not admitted (oldest forgo
 #: each send shares (ZeroMQ counts its references) rather than copied once per connection.
 SHARE_MIN = 8192
 _SNDMORE = int(zmq.SNDMORE)
+
+
+def io_threads(n_remote_reader: int) -> int:
+    """ZeroMQ I/O threads for a writer's context: 2 with two remote readers or more, else 1.
+    libzmq serves each connection from one I/O thread, which under CURVE encrypts every message
+    once for that connection: with one thread, three readers' copies of a 1 MiB message are
+    encrypted one after the other. Measured side by side (tools/bench_io_threads.py;
+    docs/performance.md, "Fourth round"): with 2, 1 MiB to 2 or 3 readers took 0.72-0.94x the
+    time, 256 B stayed within the noise. More than 2 was not measured (a 2-core machine)."""
+    return 2 if n_remote_reader > 1 else 1
 
 
 class Readmitting:

@@ -30,6 +30,7 @@ from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
+from .fanout import io_threads
 from .framing import MARK_INLINE, Pickler, Unpickler, frame
 from .wire import WIRE_PART, Outbox, Pending
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
@@ -126,7 +127,7 @@ class MessageQueue(QueueRole):
         self.local_reader_rank = -1
         self._is_writer = True
         self._observer = WriterObserver(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
-        self._ctx = zmq.Context()
+        self._ctx = zmq.Context(io_threads=io_threads(self.n_remote_reader))  # one per remote connection's crypto, up to 2
         topic = channel.new_topic()
         local_addr, remote = None, (None, False, None, None)
         try:
