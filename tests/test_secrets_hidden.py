@@ -36,7 +36,7 @@ def test_no_secret_in_the_handles_repr_or_a_debug_log(mode, caplog):
     caplog.set_level(logging.DEBUG)  # the root logger: every logger, pyzmq's ZAP handler's included
     w, r = joined_pair(**MODES[mode])
     h = w.export_handle()
-    key = w.remote_socket._sealer.key.hex() if mode == "aes-gcm" else None  # the message key: never logged either
+    key = w.remote_socket.sealer.key.hex() if mode == "aes-gcm" else None  # the message key: never logged either
     try:
         w.enqueue({"x": 1}, timeout=10)
         assert r.dequeue(timeout=10) == {"x": 1}

@@ -234,3 +234,44 @@ def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monk
         w.close()
         for r in rs:
             r.close()
+
+
+@pytest.mark.parametrize("mode", ["insecure", "aes-gcm"])
+def test_a_remote_send_finished_by_the_next_enqueue_carries_the_values_of_enqueue_time(monkeypatch, mode):
+    """A KeyboardInterrupt at the socket send of message 1's 320 KB array (out of band: a frame
+    of its own), then the caller overwrites the array before the next enqueue, which finishes
+    message 1 first: the remote reader gets message 1 as it was at enqueue time. ``insecure``:
+    the Outbox copied it; ``aes-gcm``: the queue sealed it straight from the array at enqueue
+    (``Outbox.frames(lend=True)``), so what is sent later is the sealed copy."""
+    np = pytest.importorskip("numpy")
+    if mode == "aes-gcm":
+        pytest.importorskip("cryptography")
+    w = MessageQueue(1, 0, connect_ip="127.0.0.1", remote_security=mode)
+    r = MessageQueue.create_from_handle(w.export_handle(), 0)
+    try:
+        _ready(w, [r])
+        target = w.remote_socket.sock
+        a = np.zeros(40_000)
+        w.enqueue((0, a), timeout=_T)
+        orig, calls = zmq.Socket.send, []
+
+        def send(self, *args, **kw):
+            if self is target:
+                calls.append(args[0])
+                if len(calls) == 3:  # routing id, topic + head + pickle, the array
+                    raise KeyboardInterrupt
+            return orig(self, *args, **kw)
+
+        monkeypatch.setattr(zmq.Socket, "send", send)
+        a[:] = 1.0
+        with pytest.raises(KeyboardInterrupt):
+            w.enqueue((1, a), timeout=_T)
+        monkeypatch.undo()
+        assert len(memoryview(calls[2]).cast("B")) >= a.nbytes  # the interrupted send was the array's
+        a[:] = 2.0  # after enqueue(1) ended, before its send is finished
+        w.enqueue((2, a), timeout=_T)
+        got = [r.dequeue(timeout=_T) for _ in range(3)]
+        assert [(k, x.shape, set(x.tolist())) for k, x in got] == [(0, (40_000,), {0.0}), (1, (40_000,), {1.0}), (2, (40_000,), {2.0})]
+    finally:
+        w.close()
+        r.close()

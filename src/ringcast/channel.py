@@ -369,7 +369,8 @@ def check_remote_security(mode: str) -> None:
 
 def open_remote(ctx, ip: str, topic: bytes, mode: str) -> tuple:
     """The writer's remote half in ``mode``: ``(ZAP handler, socket, address, ipv6, curve keys or
-    None, cipher or None)``; the caller stops the handler and closes the socket."""
+    None, sealer or None)`` (``aes-gcm``: the :class:`~ringcast.sealing.Sealer` the caller seals
+    every message with before the socket sends it); the caller stops the handler and closes the socket."""
     auth, secret, curve_keys = start_auth(ctx, topic, curve=mode == "curve")
     try:
         sealer = Sealer() if mode == CIPHER else None
@@ -378,7 +379,7 @@ def open_remote(ctx, ip: str, topic: bytes, mode: str) -> tuple:
         auth.stop()
         raise
     port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-    return auth, sock, tcp_endpoint(ip, port), ":" in ip, curve_keys, CIPHER if sealer is not None else None
+    return auth, sock, tcp_endpoint(ip, port), ":" in ip, curve_keys, sealer
 
 
 def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None, sealer=None) -> TopicSocket | PeerSocket:
@@ -387,7 +388,7 @@ def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes |
     through the ZAP handler :func:`start_auth` runs: CURVE with ``curve_secret``, else PLAIN (a
     password derived from the topic; the messages' topic frame is derived too, and the socket
     answers readers' challenges: :mod:`ringcast.remote`), with ``sealer`` (a
-    :class:`~ringcast.sealing.Sealer`, PLAIN only) sealing every message it sends."""
+    :class:`~ringcast.sealing.Sealer`, PLAIN only) whose key its answers hand out."""
     tcp = addr.startswith("tcp://")
     if tcp:
         s = router(ctx, curve_secret, UPSTREAM_HWM, UPSTREAM_MAX, HANDSHAKE_MS)

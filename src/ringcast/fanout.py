@@ -93,12 +93,12 @@ class PeerSocket(Readmitting):
 
     def __init__(self, sock, topic: bytes, prover: bytes | None = None, sealer=None) -> None:
         self.sock, self.topic = sock, topic
-        #: remote_security="aes-gcm": a ringcast.sealing.Sealer, which every message goes through once
-        #: (its frames are sealed, then sent to each connection); answers and READY are not sealed.
-        #: Its key goes to each connection in the answer to a hello (WriterKeys), and only a
-        #: subscription carrying the tag of that answer (``_keyed``: connection -> tag, at most
-        #: PEERS_TRACKED) is admitted.
-        self._sealer = sealer
+        #: remote_security="aes-gcm": a ringcast.sealing.Sealer. The queue seals every message with
+        #: it once, at ``enqueue`` (its frames are then what this socket sends to each connection);
+        #: answers and READY are not sealed. Its key goes to each connection in the answer to a
+        #: hello (WriterKeys), and only a subscription carrying the tag of that answer
+        #: (``_keyed``: connection -> tag, at most PEERS_TRACKED) is admitted.
+        self.sealer = sealer
         self._keys = WriterKeys(prover, sealer) if sealer is not None else None
         self._keyed: dict[bytes, bytes] = {}
         #: remote_insecure: the handle's secret, to answer readers' challenges (ringcast.remote);
@@ -204,8 +204,6 @@ class PeerSocket(Readmitting):
         if int(flags) & _SNDMORE:
             return
         out, self._out = self._out, []
-        if self._sealer is not None:
-            out = self._sealer.seal(out)
         first = out[0]  # a small bytes one carries the topic in front: one frame less to send, encrypt, receive
         frames = [self.topic + first, *out[1:]] if type(first) is bytes and len(first) < SHARE_MIN else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer

@@ -34,6 +34,10 @@ authenticated as with CurveZMQ, at about half its cost per MiB on the machine me
   refused) and every frame opens; otherwise :class:`~ringcast.errors.ImpostorError`, and
   nothing of the message is unpickled.
 
+* **When.** The queue seals a message in ``enqueue``, before publishing it to local readers or
+  sending anything, straight from the caller's buffers: the sealed frames are the message's own
+  copy (copy-at-enqueue), so a send an exception cut short goes on with them.
+
 Not covered: the writer's READY (five fixed bytes, carrying nothing) is not sealed, and whoever
 is on the network path can still drop messages or the connection, as with CurveZMQ.
 """
@@ -174,7 +178,11 @@ def _buffer(f):
 class Sealer:
     """The writer's: :meth:`seal` turns a message's wire frames into sealed ones. Frames of at
     least OWNED_MIN bytes are sealed into kept buffers (:class:`~ringcast.wire.Buffers`) handed
-    to ZeroMQ without a copy; smaller ones come back as ``bytes``."""
+    to ZeroMQ without a copy; smaller ones come back as ``bytes``. What comes back is the
+    message's own: the queue seals at ``enqueue``, straight from the caller's mutable buffers
+    (``Outbox.frames(lend=True)``), so the seal is their one copy."""
+
+    cipher = CIPHER  # the handle's ``remote_cipher``
 
     def __init__(self, budget: int = 64 << 20) -> None:
         self.key = os.urandom(32)

@@ -131,7 +131,8 @@ class Outbox:
     Buffers are kept up to ``budget`` bytes in all (as many as ZeroMQ holds at once in a flood,
     up to that); a message that finds none free and no room in the budget (after giving up free
     buffers too small for it) gets a buffer of its own. The caller's mutable objects are copied before :meth:`frames`
-    returns, so they may change as soon as ``enqueue`` returns."""
+    returns, so they may change as soon as ``enqueue`` returns (with ``lend``, the caller's seal
+    is their copy: ``remote_security="aes-gcm"``)."""
 
     def __init__(self, budget: int = 64 << 20) -> None:
         self.seq = 0
@@ -144,12 +145,14 @@ class Outbox:
     def budget(self) -> int:
         return self.buffers.budget
 
-    def frames(self, parts: list, main_len: int, bufs: list, total: int) -> list:
+    def frames(self, parts: list, main_len: int, bufs: list, total: int, lend: bool = False) -> list:
         """The wire parts of message :attr:`seq`: the head and the pickle, then each buffer. A
         ``bytes`` of at least BYREF_MIN bytes (immutable: the caller's own, or private) goes by
         reference, the rest is copied: runs of at least OWNED_MIN bytes into an owned buffer,
         smaller ones into ``bytes`` or a ``zmq.Frame`` of their own. Large pieces go in parts of
-        at most :attr:`part_bytes` (0: whole). Nothing the caller can change is referenced."""
+        at most :attr:`part_bytes` (0: whole). Nothing the caller can change is referenced, but
+        with ``lend``: a run of OWNED_MIN bytes or more that is one object comes back as a view
+        of it, for a caller that seals the frames at once (the seal is its copy)."""
         nf = 1 + len(bufs)
         if total < BYREF_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
             return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
@@ -162,12 +165,20 @@ class Outbox:
         else:
             head = WIRE_HEAD.pack(self.seq, sum(counts), nf) + struct.pack(f"<{nf}I", *counts)
         pieces[0][0][1].insert(0, head)
-        owned = sum(n for ps in pieces for by_ref, _, n in ps if not by_ref and n >= OWNED_MIN)
+        if lend:  # a large run of one object: a view, never copied here
+            for ps in pieces:
+                for p in ps:
+                    if not p[0] and p[2] >= OWNED_MIN and len(p[1]) == 1:
+                        p[0] = None
+        owned = sum(n for ps in pieces for by_ref, _, n in ps if by_ref is False and n >= OWNED_MIN)
         entry = self.buffers.take(owned) if owned else None
         mv = memoryview(entry[0]) if owned else None
         out, off = [], 0
         for k, ps in enumerate(pieces):
             for by_ref, objs, n in ps:
+                if by_ref is None:  # lent: sealed before enqueue returns
+                    out.append(memoryview(objs[0]))
+                    continue
                 if by_ref:  # immutable: ZeroMQ may send it after enqueue returned, it is what it was
                     src = memoryview(objs[0])
                 elif n < OWNED_MIN:
