@@ -127,7 +127,7 @@ class MessageQueue(QueueRole):
         self.local_reader_rank = -1
         self._is_writer = True
         self._observer = WriterObserver(self.policy, self._counters, self._cancelled, None, local_reader_ranks)
-        self._ctx = zmq.Context(io_threads=io_threads(self.n_remote_reader))  # one per remote connection's crypto, up to 2
+        self._ctx = zmq.Context(io_threads=io_threads(self.n_remote_reader))  # 2 with several remote readers (fanout.io_threads)
         topic = channel.new_topic()
         local_addr, remote = None, (None, False, None, None)
         try:
