@@ -165,7 +165,7 @@ class Outbox:
         else:
             head = WIRE_HEAD.pack(self.seq, sum(counts), nf) + struct.pack(f"<{nf}I", *counts)
         pieces[0][0][1].insert(0, head)
-        if lend:  # a large run of one object: a view, never copied here
+        if lend:  # a large run of one object: a view (in parts like any piece), never copied here
             for ps in pieces:
                 for p in ps:
                     if not p[0] and p[2] >= OWNED_MIN and len(p[1]) == 1:
@@ -176,10 +176,7 @@ class Outbox:
         out, off = [], 0
         for k, ps in enumerate(pieces):
             for by_ref, objs, n in ps:
-                if by_ref is None:  # lent: sealed before enqueue returns
-                    out.append(memoryview(objs[0]))
-                    continue
-                if by_ref:  # immutable: ZeroMQ may send it after enqueue returned, it is what it was
+                if by_ref is not False:  # immutable: ZeroMQ may send it after enqueue returned; None: lent, sealed before
                     src = memoryview(objs[0])
                 elif n < OWNED_MIN:
                     out.append(b"".join(objs) if k == 0 else zmq.Frame(objs[0], copy=True))
@@ -193,7 +190,7 @@ class Outbox:
                 size = step if step and n > step else n
                 for start in range(0, n, size):
                     view = src[start : start + size]
-                    out.append(zmq.Frame(view, copy=False) if by_ref else Buffers.lend(entry, view))
+                    out.append(view if by_ref is None else zmq.Frame(view, copy=False) if by_ref else Buffers.lend(entry, view))
         return out
 
 
