@@ -369,8 +369,9 @@ def check_remote_security(mode: str) -> None:
 
 def open_remote(ctx, ip: str, topic: bytes, mode: str) -> tuple:
     """The writer's remote half in ``mode``: ``(ZAP handler, socket, address, ipv6, curve keys or
-    None, sealer or None)`` (``aes-gcm``: the :class:`~ringcast.sealing.Sealer` the caller seals
-    every message with before the socket sends it); the caller stops the handler and closes the socket."""
+    None, cipher or None)``; the caller stops the handler and closes the socket. With ``aes-gcm``
+    the socket's ``sealer`` is the :class:`~ringcast.sealing.Sealer` the caller seals every
+    message with before the socket sends it."""
     auth, secret, curve_keys = start_auth(ctx, topic, curve=mode == "curve")
     try:
         sealer = Sealer() if mode == CIPHER else None
@@ -379,7 +380,7 @@ def open_remote(ctx, ip: str, topic: bytes, mode: str) -> tuple:
         auth.stop()
         raise
     port = sock.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
-    return auth, sock, tcp_endpoint(ip, port), ":" in ip, curve_keys, sealer
+    return auth, sock, tcp_endpoint(ip, port), ":" in ip, curve_keys, CIPHER if sealer is not None else None
 
 
 def xpub(ctx, addr: str, topic: bytes, ipv6: bool = False, curve_secret: bytes | None = None, sealer=None) -> TopicSocket | PeerSocket:

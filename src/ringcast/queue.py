@@ -137,7 +137,7 @@ class MessageQueue(QueueRole):
             if self.n_remote_reader > 0:
                 ip = connect_ip if connect_ip is not None else channel.default_ip()
                 self._auth, self.remote_socket, *remote = channel.open_remote(self._ctx, ip, topic, security)
-                self._sealer = remote[3]  # remote_security="aes-gcm": the ringcast.sealing.Sealer, else None
+                self._sealer = self.remote_socket.sealer  # remote_security="aes-gcm": the ringcast.sealing.Sealer, else None
                 self._outbox.part_bytes = WIRE_PART if security == "curve" else 0  # CURVE: encrypt and decrypt overlap (framing)
         except BaseException:
             self.close()
@@ -145,7 +145,7 @@ class MessageQueue(QueueRole):
         self.handle = Handle(
             local_reader_ranks=list(local_reader_ranks), n_reader=n_reader, topic=topic,
             buffer_handle=self.buffer.handle() if self.buffer is not None else None, local_subscribe_addr=local_addr,
-            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2], remote_cipher=remote[3] and remote[3].cipher,
+            remote_subscribe_addr=remote[0], remote_addr_ipv6=remote[1], remote_curve_keys=remote[2], remote_cipher=remote[3],
             tensor_arena=None if self._arena is None else self._arena.arena.handle())
         self._release_on_collect()
 

@@ -182,8 +182,6 @@ class Sealer:
     message's own: the queue seals at ``enqueue``, straight from the caller's mutable buffers
     (``Outbox.frames(lend=True)``), so the seal is their one copy."""
 
-    cipher = CIPHER  # the handle's ``remote_cipher``
-
     def __init__(self, budget: int = 64 << 20) -> None:
         self.key = os.urandom(32)
         self._aead = aes_gcm()(self.key)
