@@ -37,6 +37,24 @@ def _interrupt_receive(monkeypatch, nth: int) -> None:
     monkeypatch.setattr(ReaderObserver, "recv_overflow", recv_overflow)
 
 
+def _interrupt_send(monkeypatch, target, nth: int, taken: bool = False) -> list:
+    """The ``nth`` send on the zmq socket ``target`` raises KeyboardInterrupt before ZeroMQ takes
+    its frame (``taken``: just after). Returns the frames handed to ``target``, as they come."""
+    orig, calls = zmq.Socket.send, []
+
+    def send(self, *a, **kw):
+        if self is target:
+            calls.append(a[0])
+            if len(calls) == nth:
+                if taken:
+                    orig(self, *a, **kw)
+                raise KeyboardInterrupt
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(zmq.Socket, "send", send)
+    return calls
+
+
 def _outcomes(r, n):
     """What ``n`` dequeue calls give: a message's number, or the exception's name."""
     out = []
@@ -102,18 +120,8 @@ def test_an_interrupted_remote_send_is_finished_by_the_next_enqueue(monkeypatch,
     rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in (0, 1)]
     try:
         _ready(w, rs)
-        target = w.remote_socket.sock
         w.enqueue((0, np.zeros(10)), timeout=_T)
-        orig, calls = zmq.Socket.send, []
-
-        def send(self, *a, **kw):
-            if self is target:
-                calls.append(1)
-                if len(calls) == at + 1:
-                    raise KeyboardInterrupt
-            return orig(self, *a, **kw)
-
-        monkeypatch.setattr(zmq.Socket, "send", send)
+        _interrupt_send(monkeypatch, w.remote_socket.sock, at + 1)
         with pytest.raises(KeyboardInterrupt):
             w.enqueue((1, np.ones(40_000)), timeout=_T)  # 320 KB: an out-of-band buffer, a frame of its own
         monkeypatch.undo()
@@ -139,17 +147,8 @@ def test_a_frame_sent_twice_is_refused_by_remote_readers_not_delivered(monkeypat
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     try:
         _ready(w, [r])
-        target, orig, calls = w.remote_socket.sock, zmq.Socket.send, []
-
-        def send(self, *a, **kw):
-            if self is target:
-                calls.append(1)
-                if len(calls) == 2:  # message 0: routing id, topic + head + pickle (taken, then the exception), buffer
-                    orig(self, *a, **kw)
-                    raise KeyboardInterrupt
-            return orig(self, *a, **kw)
-
-        monkeypatch.setattr(zmq.Socket, "send", send)
+        # message 0: routing id, topic + head + pickle (taken, then the exception), buffer
+        _interrupt_send(monkeypatch, w.remote_socket.sock, 2, taken=True)
         with pytest.raises(KeyboardInterrupt):
             w.enqueue((0, np.ones(40_000)), timeout=_T)
         monkeypatch.undo()
@@ -207,18 +206,8 @@ def test_an_interrupted_send_to_several_remote_readers_is_finished_for_each(monk
     rs = [MessageQueue.create_from_handle(w.export_handle(), k) for k in range(4)]
     try:
         _ready(w, rs)
-        target = w.remote_socket.sock
         w.enqueue((0, b"a" * 20_000, np.zeros(10)), timeout=_T)
-        orig, calls = zmq.Socket.send, []
-
-        def send(self, *a, **kw):
-            if self is target:
-                calls.append(a[0])
-                if len(calls) == 8:
-                    raise KeyboardInterrupt
-            return orig(self, *a, **kw)
-
-        monkeypatch.setattr(zmq.Socket, "send", send)
+        calls = _interrupt_send(monkeypatch, w.remote_socket.sock, 8)
         with pytest.raises(KeyboardInterrupt):
             w.enqueue((1, b"b" * 20_000, np.ones(40_000)), timeout=_T)
         assert calls[7] == w.remote_socket.topic and -(-320_000 // WIRE_PART) == 3  # the second reader's topic, as said
@@ -250,19 +239,9 @@ def test_a_remote_send_finished_by_the_next_enqueue_carries_the_values_of_enqueu
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
     try:
         _ready(w, [r])
-        target = w.remote_socket.sock
         a = np.zeros(40_000)
         w.enqueue((0, a), timeout=_T)
-        orig, calls = zmq.Socket.send, []
-
-        def send(self, *args, **kw):
-            if self is target:
-                calls.append(args[0])
-                if len(calls) == 3:  # routing id, topic + head + pickle, the array
-                    raise KeyboardInterrupt
-            return orig(self, *args, **kw)
-
-        monkeypatch.setattr(zmq.Socket, "send", send)
+        calls = _interrupt_send(monkeypatch, w.remote_socket.sock, 3)  # routing id, topic + head + pickle, the array
         a[:] = 1.0
         with pytest.raises(KeyboardInterrupt):
             w.enqueue((1, a), timeout=_T)
