@@ -1,1 +1,1 @@
-"""Shipped inside the ringcast package as ringcast._bundled.stress (see setup.py); not imported as code."""
+"""Shipped inside the lab package as ringcast_lab._bundled.stress (see lab/setup.py); not imported as code."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_INCLUDE = re.compile(r'^#include "([\w/]+\.c)"$', flags=re.M)
+_INCLUDE = re.compile(r'^#include "([\w/.]+\.c)"$', flags=re.M)
 
 
 def c_unit(path: Path) -> str:

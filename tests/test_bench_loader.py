@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import ringcast
-from ringcast.bench import transports
-from ringcast.bench.cases import all_cases, make_payload
-from ringcast.bench.runner import _memcpy_batch
-from ringcast.bench.transports import BenchLoaderError, load_message_queue_class
-from ringcast.cli import main
+from ringcast_lab.bench import transports
+from ringcast_lab.bench.cases import all_cases, make_payload
+from ringcast_lab.bench.runner import _memcpy_batch
+from ringcast_lab.bench.transports import BenchLoaderError, load_message_queue_class
+from ringcast_lab.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -124,8 +124,8 @@ def test_memcpy_baseline_copies_the_pickled_message():
 def test_payloads_larger_than_a_transports_capacity_are_skipped():
     """The floor's slots hold 2 MiB: a case above it is skipped, not an error that drops the
     floor for every later case (it used to: 'mmap slice assignment is wrong size')."""
-    from ringcast.bench import runner
-    from ringcast.bench.transports import make_writer
+    from ringcast_lab.bench import runner
+    from ringcast_lab.bench.transports import make_writer
 
     class G:
         writer = make_writer("floor", None, None)
@@ -149,7 +149,7 @@ def test_groups_not_being_measured_are_stopped():
     stopped group measures again once continued, and closes cleanly from either state."""
     import multiprocessing as mp
 
-    from ringcast.bench import runner
+    from ringcast_lab.bench import runner
 
     ctx = mp.get_context("spawn")
     a, b = runner._Group("pipe", 1, ctx), runner._Group("ringcast", 1, ctx)
@@ -173,8 +173,8 @@ def test_each_payload_gets_one_untimed_lap_per_group_before_its_rounds():
     """The rounds measure the steady state: before a payload's first round every group sends a lap
     of it (more messages than a ring has chunks), once per payload; a group whose lap fails is
     dropped with an error, as in a round."""
-    from ringcast.bench.cases import Case
-    from ringcast.bench.runner import WARM_LAP, _warm_payload
+    from ringcast_lab.bench.cases import Case
+    from ringcast_lab.bench.runner import WARM_LAP, _warm_payload
 
     class Group:
         writer = None  # no capacity limit (runner._fits)

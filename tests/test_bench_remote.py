@@ -12,12 +12,12 @@ import threading
 
 import pytest
 
-from ringcast.bench import harness
-from ringcast.bench.cases import BASE, REMOTE_PAYLOADS, Case, all_cases, family_of
-from ringcast.bench.report import bench_markdown, bench_table
-from ringcast.bench.runner import summarize
-from ringcast.bench.transports import available, make_writer, open_reader, queue_shape
-from ringcast.cli import main
+from ringcast_lab.bench import harness
+from ringcast_lab.bench.cases import BASE, REMOTE_PAYLOADS, Case, all_cases, family_of
+from ringcast_lab.bench.report import bench_markdown, bench_table
+from ringcast_lab.bench.runner import summarize
+from ringcast_lab.bench.transports import available, make_writer, open_reader, queue_shape
+from ringcast_lab.cli import main
 
 REMOTE = ("remote", "remote-aes", "remote-insecure", "vllm-remote")
 
@@ -172,7 +172,7 @@ def test_the_remote_floor_is_each_remote_modes_denominator_and_has_no_ratio_of_i
 def test_warm_up_laps_are_per_family():
     """A remote case's untimed lap goes to the remote groups only, and a payload of both families
     gets one lap in each (the local rings and the remote sockets are different queues)."""
-    from ringcast.bench.runner import _warm_payload
+    from ringcast_lab.bench.runner import _warm_payload
 
     class Group:
         writer = None

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ringcast.cli import build_parser, main
+from ringcast_lab.cli import build_parser, main
 
 
 def _run(args, tmp_path, timeout):
     env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
     return subprocess.run(
-        [sys.executable, "-m", "ringcast.cli", *args],
+        [sys.executable, "-m", "ringcast_lab.cli", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -121,7 +121,7 @@ def test_spec_subcommand_forwards_to_the_tlc_driver():
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "ringcast.cli", "spec", "--list"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "ringcast_lab.cli", "spec", "--list"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "ring_correct" in r.stdout and "ring_publish_before_clear" in r.stdout
 

@@ -1,5 +1,5 @@
 """The endpoints' per-message sequence, which is the protocol core's (src/ringcast/core/rc_core.c)
-behind a thin binding (src/ringcast/_protocol_*.c): its arguments, its bad uses, the view it lends
+behind a thin binding (src/ringcast/binding/_protocol_*.c): its arguments, its bad uses, the view it lends
 copy_out, exceptions on the way out, and the binding taking no protocol decision. The sequence's
 order and its protocol are the spec's and the stateful harness's (tests/stateful); these are the
 C functions' own edges."""
@@ -145,7 +145,7 @@ def test_the_binding_takes_no_protocol_decision():
     it calls no ring step itself (only the core orders them: each entry point calls one rc_*
     entry point, a cursor's single-step methods go through rc_step), and it looks nothing up by
     name per step (no _PyType_Lookup). The core includes no CPython header."""
-    binding = {p.name: p.read_text() for p in sorted(SRC.glob("_protocol*.c"))}
+    binding = {p.name: p.read_text() for p in sorted((SRC / "binding").glob("_protocol*.c"))}
     assert "_protocol_sides.c" in binding and "_protocol_endpoint.c" in binding
     for name, text in binding.items():
         code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)

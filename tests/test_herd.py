@@ -1,12 +1,12 @@
-"""herd7 re-derives the architecture table the ``fences`` scenario reads (ringcast.stress.arch_model).
+"""herd7 re-derives the architecture table the ``fences`` scenario reads (ringcast_lab.stress.arch_model).
 
-Each litmus shape of ``ringcast._litmus`` is written as a herd7 litmus test per architecture and
+Each litmus shape of ``ringcast_lab._litmus`` is written as a herd7 litmus test per architecture and
 run (``spec/litmus/<ARCH>/<shape>+<run>[+<variant>].litmus``, run ``shipped`` or a fence point's
 control), in the instructions the shipped build emits (checked below against the compiler's
-assembly of src/ringcast/_litmus.c: the host's gcc for X86_64, aarch64-linux-gnu-gcc for AArch64,
+assembly of src/ringcast_lab/litmus/_litmus.c: the host's gcc for X86_64, aarch64-linux-gnu-gcc for AArch64,
 as tests/test_arm_codegen.py builds it). herd7 (herdtools7 7.57, built by tools/build_herd7.sh into
 ~/.cache/ringcast-tools) answers ``Never`` or ``Sometimes`` for each against ``x86tso-mixed.cat`` /
-``aarch64.cat``; every answer must equal :data:`ringcast.stress.arch_model.VERDICTS`, every
+``aarch64.cat``; every answer must equal :data:`ringcast_lab.stress.arch_model.VERDICTS`, every
 shipped run must be ``Never``, and a table with one entry changed by hand must be told apart.
 
 Without herd7 the herd7 tests skip, unless ``RINGCAST_REQUIRE_HERD7=1`` (CI), which makes them fail.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ringcast.stress.arch_model import MODELS, VERDICTS, control_verdict, rmw_variant
+from ringcast_lab.stress.arch_model import MODELS, VERDICTS, control_verdict, rmw_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 LITMUS_DIR = ROOT / "spec" / "litmus"
@@ -135,7 +135,7 @@ def test_the_rmw_variant_is_read_from_the_build():
 
 
 # the instructions each litmus file may use for the C code's accesses, per architecture: the
-# relaxed loads and stores and what the three primitives of ringcast_fences.h compile to
+# relaxed loads and stores and what the three primitives of rc_fences.h compile to
 X86_FENCE_ASM = "lock orq $0, (%rsp)"  # rc_fence() with GCC >= 11; written `lock addq $0,(sN)` for herd7
 X86_ALLOWED = re.compile(r"^(movl \$\d,\((flag|pay)\)|movl \((flag|pay|w)\),%e[ab]x|lock addl \$1,\(w\)|lock addq \$0,\(s[01]\))$")
 A64_ALLOWED = re.compile(r"^(MOV W\d,#\d|STR W\d,\[X\d\]|LDR W\d,\[X\d\]|LDAR W\d,\[X\d\]|DMB ISH|LDADDAL W\d,W\d,\[X\d\]|"
@@ -173,7 +173,7 @@ def test_x86_build_emits_these_instructions(tmp_path):
     if platform.machine() != "x86_64" or cc is None:
         pytest.skip("needs gcc on x86-64")
     out = tmp_path / "l.s"
-    subprocess.run([cc, "-O2", "-S", "-DRINGCAST_LITMUS_STANDALONE", "-o", str(out), str(ROOT / "src/ringcast/_litmus.c")],
+    subprocess.run([cc, "-O2", "-S", "-DRINGCAST_LITMUS_STANDALONE", "-o", str(out), str(ROOT / "src/ringcast_lab/litmus/_litmus.c")],
                    check=True, timeout=120)
     asm = out.read_text()
     assert not _asm_has(asm, r"^\s+lock orq\s+\$0, \(%rsp\)", r"^\s+lock addl\s+\$1, "), _asm_has(asm, r"lock orq", r"lock addl")
@@ -187,7 +187,7 @@ def test_aarch64_build_emits_these_instructions(variant, flags, tmp_path):
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} not installed (apt-get install -y gcc-aarch64-linux-gnu)")
     out = tmp_path / "l.s"
-    subprocess.run([cc, "-O2", "-S", *flags, "-DRINGCAST_LITMUS_STANDALONE", "-o", str(out), str(ROOT / "src/ringcast/_litmus.c")],
+    subprocess.run([cc, "-O2", "-S", *flags, "-DRINGCAST_LITMUS_STANDALONE", "-o", str(out), str(ROOT / "src/ringcast_lab/litmus/_litmus.c")],
                    check=True, timeout=120)
     asm = out.read_text()
     rmw = [r"^\s+ldaddal\s+w\d+, w\d+, \[x\d+\]"] if variant == "lse" else [r"^\s+ldaxr\s+w\d+, \[x\d+\]", r"^\s+stlxr\s+w\d+, w\d+, \[x\d+\]"]

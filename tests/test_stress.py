@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ringcast.stress.checker import FAULT_KINDS, PayloadFactory, SequenceChecker, boundary_sizes, decode
-from ringcast.stress.report import summary_table, write_outputs
-from ringcast.stress.runner import run_scenario, run_suite
-from ringcast.stress.scenario import Phase, Scenario, builtin_scenarios, load_scenario
-from ringcast.stress.stats import LatencyHistogram
+from ringcast_lab.stress.checker import FAULT_KINDS, PayloadFactory, SequenceChecker, boundary_sizes, decode
+from ringcast_lab.stress.report import summary_table, write_outputs
+from ringcast_lab.stress.runner import run_scenario, run_suite
+from ringcast_lab.stress.scenario import Phase, Scenario, builtin_scenarios, load_scenario
+from ringcast_lab.stress.stats import LatencyHistogram
 
 # -- the checker alone -------------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ def test_suite_outputs(tmp_path: Path):
     assert "VERDICT: PASS" in text and "tiny" in text
 
 
-# -- the fences scenario (litmus tests; ringcast.stress.fences, tests/test_litmus.py) -----------
+# -- the fences scenario (litmus tests; ringcast_lab.stress.fences, tests/test_litmus.py) -----------
 
 def _fences(**kw) -> Scenario:
     base = dict(name="fences", kind="fences", description="d", stresses="s", iterations=20_000, quick_iterations=20_000,
@@ -262,13 +262,13 @@ def test_fences_scenario_reports_a_table(tmp_path: Path):
 def test_fences_without_the_extension_says_why(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "ringcast._litmus", None)  # import fails as without a compiler
+    monkeypatch.setitem(sys.modules, "ringcast_lab._litmus", None)  # import fails as without a compiler
     suite = run_suite([_fences()], quick=True)
     r = suite["scenarios"][0]
-    assert r["verdict"] == "NOT RUN" and "ringcast._litmus is not built" in r["reason"], r["reason"]
+    assert r["verdict"] == "NOT RUN" and "ringcast_lab._litmus is not built" in r["reason"], r["reason"]
     assert r["machine"]["extension"] is None
     text = summary_table(suite)
-    assert "fences: NOT RUN - the C extension ringcast._litmus is not built" in text
+    assert "fences: NOT RUN - the C extension ringcast_lab._litmus is not built" in text
     assert "fences NOT RUN" in text.splitlines()[-1] or any("VERDICT" in x and "NOT RUN" in x for x in text.splitlines())
 
 
@@ -280,7 +280,7 @@ def test_fences_on_one_cpu_cannot_race(tmp_path: Path):
 
     cpu = sorted(os.sched_getaffinity(0))[0]
     p = subprocess.run(
-        [sys.executable, "-m", "ringcast.cli", "stress", "--only", "fences", "--quick", "--no-plots", "--no-progress",
+        [sys.executable, "-m", "ringcast_lab.cli", "stress", "--only", "fences", "--quick", "--no-plots", "--no-progress",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=100, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
@@ -314,7 +314,7 @@ def test_hung_litmus_child_is_killed_at_the_deadline():
     import signal
     import threading
 
-    from ringcast.stress.fences import run_fences
+    from ringcast_lab.stress.fences import run_fences
 
     _needs_two_cpus()
     sc = _fences(iterations=10**10, quick_iterations=10**10, quick_duration=1.0, timeout=1.0)
@@ -354,7 +354,7 @@ def test_a_fences_run_cut_short_by_its_time_is_incomplete_not_a_fail():
     load, not a fence: not a FAIL but INCONCLUSIVE (the jobs that did not run could not have seen
     anything), its reason naming the shipped runs that did not run and what to do; ``incomplete`` names them
     (before: an error, so `ringcast stress --quick` FAILed under the test suite's load)."""
-    from ringcast.stress.fences import run_fences
+    from ringcast_lab.stress.fences import run_fences
 
     _needs_two_cpus()
     r = run_fences(_fences(iterations=10**10, quick_iterations=10**10, quick_duration=0.5, timeout=30.0), quick=True)
@@ -365,8 +365,8 @@ def test_a_fences_run_cut_short_by_its_time_is_incomplete_not_a_fail():
 
 # -- the fences verdict from finished jobs (no timing: the jobs' results are given) -------------
 
-from ringcast.stress.arch_model import VERDICTS  # noqa: E402
-from ringcast.stress.fences import judge, new_result  # noqa: E402
+from ringcast_lab.stress.arch_model import VERDICTS  # noqa: E402
+from ringcast_lab.stress.fences import judge, new_result  # noqa: E402
 
 SHAPES = [{"shape": "eventcount", "points": ["F6N", "F6W"], "forbidden": "lost wake-up"},
           {"shape": "mp", "points": ["F3", "F4"], "forbidden": "old payload"}]
@@ -384,7 +384,7 @@ def _hunt(control, lost, iterations=40_000):
 
 
 def _judge(arch: str, ec_f6n: int, hunt_lost: int, shipped: int = 0, mp_f3: int = 0, table="arch"):
-    from ringcast.stress.fences import arch_model_facts
+    from ringcast_lab.stress.fences import arch_model_facts
 
     res = new_result(_fences(), quick=True, iterations=100_000)
     res["machine"] = {"arch": arch, "extension": {"fetch_add_u32": "lock xadd"}}
@@ -433,7 +433,7 @@ def test_a_control_the_model_forbids_but_seen_is_a_warning():
 def test_power_of_the_shipped_run():
     """A control at rate p: the shipped run needs ceil(ln(1e-6) / ln(1 - p)) iterations to miss a
     broken fence of that rate with probability <= 1e-6; 100,000 ran."""
-    from ringcast.stress.stats import iterations_for_power
+    from ringcast_lab.stress.stats import iterations_for_power
 
     assert iterations_for_power(1.5e-5) == 921_028 and iterations_for_power(2e-3) == 6_901 and iterations_for_power(0) is None
     r = _judge("x86_64", ec_f6n=200, hunt_lost=1)  # eventcount F6N at 2e-3, hunt at 2.5e-5
@@ -441,7 +441,7 @@ def test_power_of_the_shipped_run():
     assert f6n == {"rate": 2e-3, "miss": 1e-6, "needed": 6_901, "ran": 100_000, "enough": True}
     hunt = r["hunt"]["control"]["power"]
     assert hunt["needed"] == iterations_for_power(1 / 40_000) and hunt["ran"] == 40_000 and not hunt["enough"]
-    from ringcast.stress.fences_report import fences_lines
+    from ringcast_lab.stress.fences_report import fences_lines
 
     text = "\n".join(fences_lines({**r, "machine": {**r["machine"], "cpu_model": "c", "online_cores": 2, "usable_cores": 2,
                                                      "kernel": "k", "extension": None}}))
@@ -468,7 +468,7 @@ def test_inconclusive_is_in_the_summary_and_json(tmp_path: Path):
 
 def test_run_suite_verdict_order():
     """FAIL beats INCONCLUSIVE beats PASS; NOT RUN fails nothing."""
-    from ringcast.stress.runner import suite_verdict
+    from ringcast_lab.stress.runner import suite_verdict
 
     assert suite_verdict(["PASS", "NOT RUN"]) == "PASS"
     assert suite_verdict(["PASS", "INCONCLUSIVE", "NOT RUN"]) == "INCONCLUSIVE"
@@ -482,7 +482,7 @@ def test_a_control_that_cannot_fire_makes_the_run_inconclusive(monkeypatch):
     outcome even without the fence, herd7: this CPU cannot produce it), the scenario cannot pass."""
     import platform
 
-    from ringcast.stress import arch_model, fences
+    from ringcast_lab.stress import arch_model, fences
 
     if arch_model.model_name(platform.machine()) != "X86_64":
         pytest.skip("needs x86-64, where the control of F3 cannot fire")
@@ -500,8 +500,8 @@ def test_inconclusive_exit_status(monkeypatch, tmp_path: Path, capsys):
     3 with --strict; the verdict line says INCONCLUSIVE and what to do either way."""
     import platform
 
-    from ringcast.cli import EXIT_INCONCLUSIVE, main
-    from ringcast.stress import arch_model, fences
+    from ringcast_lab.cli import EXIT_INCONCLUSIVE, main
+    from ringcast_lab.stress import arch_model, fences
 
     if arch_model.model_name(platform.machine()) != "X86_64":
         pytest.skip("needs x86-64, where the control of F3 cannot fire")
@@ -520,7 +520,7 @@ def test_inconclusive_exit_status(monkeypatch, tmp_path: Path, capsys):
 def test_until_seen_results_are_added_to_the_rows():
     """An --until-seen job's control iterations and its shipped top-up are added to the first run's;
     the row says after how many control iterations it first showed and how many shipped ran after."""
-    from ringcast.stress.fences import arch_model_facts, merge_until_seen
+    from ringcast_lab.stress.fences import arch_model_facts, merge_until_seen
 
     res = new_result(_fences(), quick=True, iterations=100_000, until_seen=30.0)
     res["machine"] = {"arch": "x86_64", "extension": {}}
@@ -536,7 +536,7 @@ def test_until_seen_results_are_added_to_the_rows():
     assert (row["control_iterations"], row["control_forbidden"], row["shipped_iterations"]) == (350_000, 1, 350_000), row
     assert (row["first_seen_at"], row["shipped_after_seen"]) == (350_000, 250_000) and row["seen"]
     assert r["verdict"] == "PASS", r["reason"]
-    from ringcast.stress.fences_report import fences_lines
+    from ringcast_lab.stress.fences_report import fences_lines
 
     r["machine"].update(cpu_model="c", online_cores=2, usable_cores=2, kernel="k", extension=None)
     assert ("until-seen: eventcount control of F6N first showed after 350000 iterations; the shipped fences then ran "
@@ -550,7 +550,7 @@ def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
     INCONCLUSIVE."""
     import platform
 
-    from ringcast.stress import arch_model, fences
+    from ringcast_lab.stress import arch_model, fences
 
     if arch_model.model_name(platform.machine()) != "X86_64":
         pytest.skip("needs x86-64, where the control of F3 cannot fire")
@@ -564,20 +564,20 @@ def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
     assert r["verdict"] == "INCONCLUSIVE" and "mp F3" in r["reason"], r["reason"]
     assert row["control_iterations"] > 5_000 and row["control_forbidden"] == 0 and row["first_seen_at"] is None, row
     assert any(j["kind"] == "until" and (j["shape"], j["control"]) == ("mp", "F3") for j in r["until_seen_jobs"]), r["until_seen_jobs"]
-    from ringcast.stress.fences_report import fences_lines
+    from ringcast_lab.stress.fences_report import fences_lines
 
     assert f"until-seen: mp control of F3 still not seen after {row['control_iterations']} iterations in all (1s)" in fences_lines(r)
 
 
 def test_the_litmus_child_is_not_imported_by_its_package():
-    """`python -m ringcast.stress.litmus_child` must not find itself already imported by
-    ringcast.stress (runpy's RuntimeWarning, an error under PYTHONWARNINGS=error::RuntimeWarning as
+    """`python -m ringcast_lab.stress.litmus_child` must not find itself already imported by
+    ringcast_lab.stress (runpy's RuntimeWarning, an error under PYTHONWARNINGS=error::RuntimeWarning as
     tests/test_cli.py runs it): nothing the package imports may import the child module."""
     import os
     import subprocess
     import sys
 
     env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
-    p = subprocess.run([sys.executable, "-m", "ringcast.stress.litmus_child", "[]", "0"], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "ringcast_lab.stress.litmus_child", "[]", "0"], capture_output=True, text=True,
                        timeout=60, env=env)
     assert p.returncode == 0 and not p.stderr, p.stderr

@@ -1,19 +1,27 @@
-"""The package's structure, read with ``ast`` (nothing is imported):
+"""The packages' structure, read with ``ast`` (nothing is imported, but for the round trip):
 
-* no import cycle among the modules of src/ringcast, counting imports inside functions;
-* no module over the project's hard limit of 500 lines: the package (its C files too), tools/ and the
-  stateful harness;
-* the TLC library (ringcast.tlc) imports nothing of the protocol;
+* two packages: the runtime ``ringcast`` and the lab ``ringcast_lab`` (trace, stress, bench, TLC
+  runner, induction, the command, the litmus C); the runtime holds none of the lab's code and
+  never imports it, at any depth; a queue's round trip loads no lab module;
+* the lab uses the runtime only through its public names: no ``_``-prefixed runtime module or
+  name, no assignment into a runtime module (the step hook and the clock of :mod:`ringcast.steps`
+  are how a harness steers the runtime);
+* C lives in per-extension folders (the runtime's ``core/`` and ``binding/``, the lab's
+  ``litmus/``), never among Python modules;
+* no import cycle among the modules of both packages, counting imports inside functions;
+* no module over the project's hard limit of 500 lines: both packages (their C files too), tools/
+  and the stateful harness;
+* the TLC library (ringcast_lab.tlc) imports nothing of the protocol;
 * the ring's protocol steps (``_writer_*`` / ``_reader_*`` methods of the cursors, whose types
   ringcast/ring.py's classes subclass; C functions of src/ringcast/core/rc_steps.c) are called by
   the endpoint layer alone: in C by the protocol core (core/rc_core.c, rc_wait.c; the binding
-  _protocol*.c names none), by no Python module of the package, and by no
+  binding/_protocol*.c names none), by no Python module of the package, and by no
   program of the stateful harness or the trace recorder (only the planted-bug variants may),
-  which drive the endpoints instead; those programs exist once (ringcast.trace.child);
+  which drive the endpoints instead; those programs exist once (ringcast_lab.trace.child);
 * no module reads or writes another module's private names (``mq._is_writer``,
   ``getattr(mq, "_x")``): ``self._x`` / ``cls._x`` and names the module defines itself are fine;
-  that holds for the package (the trace recorder included) and the stateful harness, whose
-  planted-bug variants alone may use the private names of the classes they subclass;
+  that holds for both packages and the stateful harness, whose planted-bug variants alone may use
+  the private names of the classes they subclass;
 * no step hook looks at its caller's frame.
 """
 
@@ -21,6 +29,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,43 +40,50 @@ from _csource import c_unit
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PKG = SRC / "ringcast"
+LAB = SRC / "ringcast_lab"
+PACKAGES = ("ringcast", "ringcast_lab")
+#: the C extensions, by module name: the folder of their sources
+EXTENSIONS = {"ringcast._protocol": PKG / "binding", "ringcast._atomics": PKG / "binding", "ringcast_lab._litmus": LAB / "litmus"}
 MAX_LINES = 500
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
-    for f in sorted(PKG.rglob("*.py")):
-        parts = f.relative_to(SRC).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        mods[".".join(parts)] = f
+    for top in PACKAGES:
+        for f in sorted((SRC / top).rglob("*.py")):
+            parts = f.relative_to(SRC).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(parts)] = f
     return mods
 
 
 MODS = _modules()
+RUNTIME = {m for m in MODS if m.split(".")[0] == "ringcast"}
+LAB_MODS = {m for m in MODS if m.split(".")[0] == "ringcast_lab"}
 
 
 def _owner(name: str) -> str | None:
-    """The module of the package that importing ``name`` loads (a submodule, or the package
-    whose attribute it is); None outside the package or for a C extension."""
+    """The module of the packages that importing ``name`` loads (a submodule, or the package
+    whose attribute it is); None outside them or for a C extension."""
     while name and name not in MODS:
         name = name.rpartition(".")[0]
     return name or None
 
 
 def _is_extension(name: str) -> bool:
-    where = SRC.joinpath(*name.split("."))
-    return any(where.parent.glob(where.name + ".c")) or any(where.parent.glob(where.name + ".*so"))
+    return name in EXTENSIONS
 
 
-def _imports(mod: str, path: Path) -> set[str]:
-    """Every module of the package that ``mod`` imports, at any depth (functions included)."""
+def _imported(mod: str, path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` for each import of ``mod`` at any depth (functions included): the
+    absolute module a statement names (relative ones resolved) and the names it takes from it
+    (``[]`` for ``import x``)."""
     is_pkg = path.name == "__init__.py"
-    out = set()
+    out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = mod.split(".") if is_pkg else mod.split(".")[:-1]
@@ -74,22 +91,115 @@ def _imports(mod: str, path: Path) -> set[str]:
                 prefix = ".".join(base + ([node.module] if node.module else []))
             else:
                 prefix = node.module or ""
-            # "from . import x" and "from .pkg import sub" load submodules (a C extension is a
-            # leaf: it imports nothing of ours); other names are attributes of ``prefix``
-            names = []
-            for a in node.names:
-                sub = f"{prefix}.{a.name}"
-                if sub in MODS:
-                    names.append(sub)
-                elif not _is_extension(sub) and not _is_extension(prefix):
-                    names.append(prefix)
+            out.append((prefix, [a.name for a in node.names]))
+    return out
+
+
+def _imports(mod: str, path: Path) -> set[str]:
+    """Every module of the packages that ``mod`` imports, at any depth (functions included)."""
+    out = set()
+    for prefix, taken in _imported(mod, path):
+        # "from . import x" and "from .pkg import sub" load submodules (a C extension is a
+        # leaf: it imports nothing of ours); other names are attributes of ``prefix``
+        names = [prefix] if not taken else []
+        for a in taken:
+            sub = f"{prefix}.{a}"
+            if sub in MODS:
+                names.append(sub)
+            elif not _is_extension(sub) and not _is_extension(prefix):
+                names.append(prefix)
         for n in names:
-            if n.split(".")[0] != "ringcast":
+            if n.split(".")[0] not in PACKAGES:
                 continue
             owner = _owner(n)
             if owner is not None and owner != mod:
                 out.add(owner)
     return out
+
+
+def test_the_runtime_holds_no_lab_code():
+    """src/ringcast/ has no trace, stress, bench, TLC runner, command or litmus code, and its C
+    lives in per-extension folders (core/: the protocol core; binding/: the CPython extensions)."""
+    names = {p.name for p in PKG.iterdir() if p.name != "__pycache__"}
+    assert not names & {"trace", "stress", "bench", "tlc", "cli.py", "_bundled", "induction", "litmus"}, names
+    assert not [p.name for p in PKG.rglob("*") if "litmus" in p.name], "litmus code in the runtime"
+    assert {p.parent.name for p in PKG.rglob("*.[ch]")} == {"core", "binding"}
+    assert {p.parent for p in LAB.rglob("*.[ch]")} == {LAB / "litmus"}
+    for mod, folder in EXTENSIONS.items():
+        assert (folder / (mod.rpartition(".")[2] + ".c")).is_file(), mod
+
+
+def test_the_runtime_never_imports_the_lab():
+    g = _graph()
+    bad = {m: sorted(g[m] & LAB_MODS) for m in sorted(RUNTIME) if g[m] & LAB_MODS}
+    assert not bad, f"runtime modules importing the lab: {bad}"
+    text = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py") if re.search(r"\bringcast_lab\b", p.read_text().split('"""', 2)[-1])]
+    assert not text, f"runtime modules naming the lab outside their docstring: {text}"
+
+
+def _runtime_module_aliases(tree: ast.AST) -> set[str]:
+    """The local names a lab module binds to runtime modules (``import ringcast.queue as q``)."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in n.names if a.name.split(".")[0] == "ringcast"}
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "ringcast" and not n.level:
+            out |= {a.asname or a.name for a in n.names if f"{n.module}.{a.name}" in MODS}
+    return out
+
+
+def lab_runtime_misuse(mod: str, path: Path) -> list[str]:
+    """How the lab module ``mod`` reaches past the runtime's public names: a private runtime module
+    or name imported, or an assignment into a runtime module."""
+    bad = []
+    for prefix, taken in _imported(mod, path):
+        if prefix.split(".")[0] != "ringcast":
+            continue
+        if any(part.startswith("_") for part in prefix.split(".")[1:]):
+            bad.append(f"imports the private module {prefix}")
+        bad += [f"imports the private name {prefix}.{a}" for a in taken if a.startswith("_") and a != "*"]
+    tree = ast.parse(path.read_text())
+    aliases = _runtime_module_aliases(tree)
+    for n in ast.walk(tree):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            for e in ast.walk(t):
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in aliases:
+                    bad.append(f"{e.lineno}: assigns into a runtime module: {ast.unparse(e)}")
+    return bad
+
+
+def test_the_lab_uses_only_the_runtimes_public_names():
+    bad = {m: found for m in sorted(LAB_MODS) if (found := lab_runtime_misuse(m, MODS[m]))}
+    assert not bad, f"lab modules reaching past the runtime's public names: {bad}"
+
+
+def test_the_lab_check_sees_private_imports_and_patching(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import ringcast.queue as q\nfrom ringcast import _protocol\nfrom ringcast.ring import _helper\n"
+                 "def f():\n    from ringcast.queue import MessageQueue\n    q.time = None\n")
+    assert [b.split(": ", 1)[-1] for b in lab_runtime_misuse("ringcast_lab.x", f)] == [
+        "imports the private name ringcast._protocol", "imports the private name ringcast.ring._helper",
+        "assigns into a runtime module: q.time"]
+
+
+def test_a_queue_round_trip_loads_no_lab_module():
+    """``import ringcast`` and a message through a queue (writer and reader in one process)
+    leave no module of the lab in ``sys.modules``."""
+    code = """if True:
+        import sys, threading
+        from ringcast import MessageQueue
+        w = MessageQueue(1, 1, max_chunk_bytes=256, max_chunks=2)
+        r = MessageQueue.create_from_handle(w.export_handle(), 0)
+        t = threading.Thread(target=r.wait_until_ready, args=(10,))
+        t.start(); w.wait_until_ready(10); t.join()
+        w.enqueue({"step": 1}); assert r.dequeue(timeout=10) == {"step": 1}
+        r.close(); w.close()
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "ringcast_lab" or m in ("matplotlib", "numpy", "torch")))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -145,44 +255,59 @@ def test_no_import_cycles():
         " <-> ".join(c) for c in cycles)
 
 
+#: the runtime's layers, bottom up (README.md's layout): a module imports only its own layer's
+#: modules and lower ones
+LAYERS = [
+    ["errors"],
+    ["identity", "headroom", "locator", "shm"],  # segment
+    ["steps", "layout", "atomics", "ring", "pages", "waiting", "endpoint", "arena"],  # protocol
+    ["pickling", "framing", "wire", "remote", "sealing", "fanout", "channel"],  # transport
+    ["handshake", "roles", "groups", "lifetime", "compat", "queue"],  # front
+    ["torch"],
+    [""],  # the package itself: its public names
+]
+
+
+def _layer(mod: str) -> int:
+    name = mod.split(".")[1] if "." in mod else ""
+    return next(k for k, layer in enumerate(LAYERS) if name in layer)
+
+
 def test_layers_point_down():
-    """The bottom layers import nothing above them (steps, layout, atomics, identity, shm, ring,
-    waiting, endpoint: no ZeroMQ, no pickling, no queue, no torch)."""
+    """Every runtime module is in one layer, and imports nothing of a layer above its own (the
+    ring and the endpoint: no ZeroMQ, no pickling, no queue, no torch)."""
     g = _graph()
-    below_queue = ["ringcast.steps", "ringcast.layout", "ringcast.atomics", "ringcast.identity", "ringcast.shm",
-                   "ringcast.ring", "ringcast.waiting", "ringcast.endpoint"]
-    for m in below_queue:
-        assert not (g[m] & {"ringcast.queue", "ringcast.framing", "ringcast.channel", "ringcast.handshake",
-                            "ringcast.roles", "ringcast.torch", "ringcast.groups"}), (m, g[m])
+    assert sorted(m for m in RUNTIME if m.count(".") <= 1) == sorted(
+        "ringcast" + (f".{n}" if n else "") for layer in LAYERS for n in layer), "a module without a layer, or a layer without it"
+    up = {m: sorted(o for o in g[m] & RUNTIME if _layer(o) > _layer(m)) for m in sorted(RUNTIME)}
+    assert not {m: o for m, o in up.items() if o}, up
     assert g["ringcast.steps"] == set(), g["ringcast.steps"]
     assert g["ringcast.identity"] == set(), g["ringcast.identity"]
 
 
 def test_modules_are_not_too_long():
     files = [*MODS.values(), *sorted((ROOT / "tools").rglob("*.py")), *sorted((ROOT / "tests" / "stateful").glob("*.py")),
-             *sorted(PKG.glob("*.[ch]"))]  # the C code too: each file of a translation unit counts alone
+             *sorted(PKG.rglob("*.[ch]")), *sorted(LAB.rglob("*.[ch]"))]  # the C code too: each file of a translation unit counts alone
     long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
 def test_the_tlc_library_imports_nothing_of_the_protocol():
-    """ringcast.tlc (the TLC driver: ringcast spec, tools/tlc.py, trace validation) sits at the
-    CLI/verification layer: it imports only itself and the shipped files (ringcast._bundled)."""
+    """ringcast_lab.tlc (the TLC driver: ringcast spec, tools/tlc.py, trace validation) imports only
+    itself and the shipped files (ringcast_lab._bundled); the package imports no repository
+    script (tools/ ships in no wheel)."""
     g = _graph()
-    tlc = {m for m in MODS if m == "ringcast.tlc" or m.startswith("ringcast.tlc.")}
+    tlc = {m for m in MODS if m == "ringcast_lab.tlc" or m.startswith("ringcast_lab.tlc.")}
     assert len(tlc) >= 3, tlc
     for m in tlc:
-        assert g[m] <= tlc | {"ringcast._bundled"}, (m, g[m])
-    # and the package imports no repository script (tools/ is shipped as ringcast._bundled.tools)
-    bad = [m for m, p in MODS.items() for n in ast.walk(ast.parse(p.read_text()))
-           if isinstance(n, ast.ImportFrom) and "_bundled.tools" in f"{'.' * n.level}{n.module or ''}"
-           or isinstance(n, ast.ImportFrom) and (n.module or "").endswith("_bundled") and any(a.name == "tools" for a in n.names)]
+        assert g[m] <= tlc | {"ringcast_lab._bundled"}, (m, g[m])
+    bad = [m for m, p in MODS.items() for prefix, _ in _imported(m, p) if prefix.split(".")[0] == "tools"]
     assert not bad, bad
 
 
 #: the C extension with the ring's and the eventcount's steps (one translation unit), and the
 #: names of its methods
-PROTOCOL_C = c_unit(PKG / "_protocol.c")
+PROTOCOL_C = c_unit(PKG / "binding" / "_protocol.c")
 C_METHODS = set(re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)', PROTOCOL_C, flags=re.M))
 #: the extension's private types (``_protocol._WriterSteps``): they exist to be subclassed by the
 #: modules that import it (ring.py, endpoint.py)
@@ -231,7 +356,7 @@ def test_only_the_core_calls_the_c_steps():
     (tests/test_endpoint.py checks its calls too), and the core's sequence calls each."""
     fns = _core_step_functions()
     assert {"writer_claim", "writer_publish", "reader_copy", "reader_ack", "reader_check_evicted"} <= fns, fns
-    bad = {f"{f.name}: {fn}" for f in sorted(PKG.glob("_protocol*.c")) for fn in fns if re.search(rf"\b{fn}\b", f.read_text())}
+    bad = {f"{f.name}: {fn}" for f in sorted((PKG / "binding").glob("_protocol*.c")) for fn in fns if re.search(rf"\b{fn}\b", f.read_text())}
     assert not bad, f"binding code naming a ring step: {bad}"
     core = "".join((PKG / "core" / n).read_text() for n in ("rc_core.c", "rc_wait.c"))
     assert {fn for fn in fns if re.search(rf"\b{fn}\(", core)} == fns
@@ -255,18 +380,18 @@ def test_harness_and_trace_programs_drive_the_endpoint():
     trace recorder call no ring step: they run the endpoints MessageQueue runs."""
     steps = _ring_steps()
     files = [p for p in sorted((ROOT / "tests" / "stateful").glob("*.py")) if p.name != "variants.py"]
-    files += sorted((PKG / "trace").glob("*.py"))
+    files += sorted((LAB / "trace").glob("*.py"))
     bad = {str(p.relative_to(ROOT)): sorted(c) for p in files if (c := _step_calls(p, steps))}
     assert not bad, f"ring steps called outside the endpoint: {bad}"
-    # one set of child programs (ringcast.trace.child), stepped through pipes by the harness and
+    # one set of child programs (ringcast_lab.trace.child), stepped through pipes by the harness and
     # serialised by a lock by the recorders: nothing else of either runs the protocol's sides
     programs = {"publish", "receive", "enqueue", "dequeue"}
     callers = {str(p.relative_to(ROOT)): sorted(c) for p in files if p.name != "bench_hook.py"
                and (c := programs & {n.attr for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute)})}
-    assert callers == {"src/ringcast/trace/child.py": sorted(programs)}, callers
+    assert callers == {"src/ringcast_lab/trace/child.py": sorted(programs)}, callers
 
 
-@pytest.mark.parametrize("where", ["src/ringcast", "tests/stateful", "tests"])
+@pytest.mark.parametrize("where", ["src/ringcast", "src/ringcast_lab", "tests/stateful", "tests"])
 def test_no_frame_inspection(where):
     files = sorted((ROOT / where).glob("*.py" if where == "tests" else "**/*.py"))
     bad = [str(p.relative_to(ROOT)) for p in files
@@ -350,7 +475,7 @@ def _private_names(*mods: str) -> set[str]:
 
 def test_the_harness_touches_no_private_names():
     """The stateful harness (tests/stateful) reaches no further into the package than the
-    package's own modules do (ringcast.trace is one of them: the test above): no ``mq._endpoint``,
+    package's own modules do (ringcast_lab.trace is one of them: the test above): no ``mq._endpoint``,
     ``run._fail`` from another module. The planted bugs (variants.py) subclass the ring's
     endpoints and cursors and the arena's sides and reorder their real steps: they may use the
     private names ringcast.ring, ringcast.endpoint and ringcast.arena define, nothing else."""

@@ -1,10 +1,10 @@
-"""The spec model the harness and the trace replay check the code against (ringcast.trace.model)."""
+"""The spec model the harness and the trace replay check the code against (ringcast_lab.trace.model)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ringcast.trace.model import ORDER_CORRECT, ORDER_QUEUE, Conformance, RingModel
+from ringcast_lab.trace.model import ORDER_CORRECT, ORDER_QUEUE, Conformance, RingModel
 
 
 def test_a_finished_process_that_steps_again_is_named_finished():

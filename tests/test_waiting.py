@@ -61,7 +61,7 @@ class FakeClock:
 @pytest.fixture
 def fake_clock(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(waiting, "time", clock)  # waiting.py reads the clock as time.monotonic()
+    monkeypatch.setattr(steps, "clock", clock)  # the waits read the runtime's clock (ringcast.steps)
     monkeypatch.setattr(steps, "hook", clock.hook)
     return clock
 
@@ -329,8 +329,10 @@ def test_close_from_another_thread_while_parked_waits_for_the_waiter():
 
 
 class _StepClock:
-    """ringcast.waiting's ``time``, test-side: monotonic() moves ``step`` seconds per read (the
-    harness's virtual time does the same)."""
+    """The runtime's clock (ringcast.steps.clock), test-side: monotonic() moves ``step`` seconds
+    per read (the harness's virtual time does the same)."""
+
+    sleep = staticmethod(time.sleep)
 
     def __init__(self, step: float) -> None:
         self.now, self.step, self.reads = 0.0, step, 0
@@ -358,7 +360,7 @@ def test_the_spin_phase_follows_the_waiting_modules_clock(monkeypatch):
     2 tight looks yields 3 times, and a 4 s timeout ends the park phase at its first round, after
     8 looks in all (the first one, 2 tight, 4 spinning, 1 at the timeout), whatever the real time."""
     looks = []
-    monkeypatch.setattr(waiting, "time", clock := _StepClock(1.0))
+    monkeypatch.setattr(steps, "clock", clock := _StepClock(1.0))
     ring, r = _reader_on_empty_ring(WaitPolicy(spin=3.5, recheck_interval=_FOREVER, tight_looks=2))
     try:
         monkeypatch.setattr(steps, "hook", lambda a, *rest: looks.append(a) if a == "ReaderLoadWritten" else None)
@@ -373,7 +375,7 @@ def test_the_spin_phase_follows_the_waiting_modules_clock(monkeypatch):
 def test_the_spin_phase_stops_at_shutdown_and_on_an_exception(monkeypatch):
     """A cancel set between two looks ends the spin and the park phase raises Cancelled at once;
     an exception of a look (here the step hook's) ends the wait, the yields before it counted."""
-    monkeypatch.setattr(waiting, "time", _StepClock(0.0))  # the spin never runs out
+    monkeypatch.setattr(steps, "clock", _StepClock(0.0))  # the spin never runs out
     cancel = waiting.Cancel()
     ring = ShmRingBuffer(1, 64, 2)
     r = ReaderEndpoint(ring, 0, WaitPolicy(spin=1.0, recheck_interval=_FOREVER), cancel=cancel)
@@ -406,7 +408,7 @@ def _second_wait_spins(monkeypatch, policy: WaitPolicy, first: str) -> int:
     """Spins of a reader's second wait (no message: it times out), after a first wait that ended
     quickly (``quick``: the writer publishes at the wait's second spinning look, 2 s of the 1 s a
     read clock) or by a timeout (``timeout``)."""
-    monkeypatch.setattr(waiting, "time", _StepClock(1.0))
+    monkeypatch.setattr(steps, "clock", _StepClock(1.0))
     ring = ShmRingBuffer(1, 64, 2)
     w = WriterEndpoint(ring, WaitPolicy(spin=0.0, recheck_interval=_FOREVER))
     r = ReaderEndpoint(ring, 0, policy)
@@ -474,7 +476,7 @@ def test_a_queue_stretches_its_spin_only_where_every_process_has_a_core():
 
 
 class _SleepClock:
-    """ringcast.waiting's ``time``, test-side: time moves only when the waiter sleeps, by what it
+    """The runtime's clock (ringcast.steps.clock), test-side: time moves only when the waiter sleeps, by what it
     asked for; ``on_sleep`` (if set) runs in each sleep, as another thread would meanwhile."""
 
     def __init__(self, on_sleep=None) -> None:
@@ -504,7 +506,7 @@ def test_without_the_futex_a_waiter_parks_by_sleeps_of_at_most_a_millisecond(mon
             raise AssertionError(f"{action} by side {side}: an eventcount step with futex=False")
         actions.append((action, side))
 
-    monkeypatch.setattr(waiting, "time", clock := _SleepClock())
+    monkeypatch.setattr(steps, "clock", clock := _SleepClock())
     ring = ShmRingBuffer(1, 64, 2)
     policy = WaitPolicy(spin=0.0, recheck_interval=_FOREVER, futex=False)
     w, r = WriterEndpoint(ring, policy), ReaderEndpoint(ring, 0, policy)

@@ -4,7 +4,7 @@
 
 ``BENCH_OUT/bench.json`` from ``ringcast bench --impl ringcast --impl arena --impl vllm --impl
 floor --case hot/ --vllm-loader ...``; each ``HARNESS.json`` from ``python -m
-ringcast.bench.harness --out``. For every ratio both measure (ringcast / vLLM and ringcast / floor
+ringcast_lab.bench.harness --out``. For every ratio both measure (ringcast / vLLM and ringcast / floor
 one-way p50; ``arena`` stands for ringcast on the 64 MiB tensor; in the remote cases each ringcast
 mode over ``vllm-remote``) it prints both and how far the harness's is from the bench's (the goal:
 within 25 %). Files are told apart by content (a bench

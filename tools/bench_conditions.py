@@ -2,7 +2,7 @@
 
     python tools/bench_conditions.py --vllm-loader ../shared/peers/vllm_peer.py [--rounds 3]
 
-Runs the bench's own runner (``ringcast.bench.runner.run_bench``) on ``hot/dict1m/{1,3}r`` with
+Runs the bench's own runner (``ringcast_lab.bench.runner.run_bench``) on ``hot/dict1m/{1,3}r`` with
 ringcast and vLLM, each state in a fresh process:
 
 * ``history``: the bench as it was before issue 26: ``warm_allocator`` replaced by a no-op, so
@@ -36,8 +36,8 @@ def _threshold() -> str:
 
 
 def _child(state: str, loader: str, rounds: int) -> None:
-    from ringcast.bench import runner
-    from ringcast.bench.cases import Case, available_impls
+    from ringcast_lab.bench import runner
+    from ringcast_lab.bench.cases import Case, available_impls
 
     if state == "history":
         runner.warm_allocator = lambda *a, **k: None

@@ -43,7 +43,7 @@ def _bench(fns: dict, batches: int, per_batch: int) -> dict[str, float]:
 def main(argv=None) -> int:
     import ringcast
     from ringcast import MessageQueue
-    from ringcast.bench.cases import make_payload
+    from ringcast_lab.bench.cases import make_payload
     from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
     from ringcast.ring import ShmRingBuffer
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from ringcast.bench.cases import make_payload  # noqa: E402
+from ringcast_lab.bench.cases import make_payload  # noqa: E402
 from ringcast.pickling import PartsPickler  # noqa: E402
 
 

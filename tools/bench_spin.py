@@ -3,7 +3,7 @@
     python tools/bench_spin.py [--readers 3] [--gaps 0,0.3,0.7,2,10] [--messages 400]
 
 One writer and ``--readers`` local readers of a ``MessageQueue`` (256 B scheduler-like dict,
-:func:`ringcast.bench.cases.make_payload`). For each gap G (ms) the writer sends a message, waits
+:func:`ringcast_lab.bench.cases.make_payload`). For each gap G (ms) the writer sends a message, waits
 until every reader acknowledged it (an eventfd), then sleeps G ms (0: ping-pong) before the next.
 Reported per gap: the p50 time until the last reader had a message ("all readers"), each
 reader's CPU as a fraction of the wall time (``time.process_time``), and the readers' waits,
@@ -42,7 +42,7 @@ def _reader(handle, index, efd, conn, spin):
 
 def run(readers: int, gaps, messages: int, spin=None) -> list[dict]:
     from ringcast import MessageQueue
-    from ringcast.bench.cases import make_payload
+    from ringcast_lab.bench.cases import make_payload
 
     ctx = mp.get_context("spawn")
     efd = os.eventfd(0)

@@ -7,7 +7,7 @@ import cycle exists, imports inside functions included):
 * ``ringcast._protocol`` (C) - the protocol core (src/ringcast/core/, plain C: each side's whole
   per-message state machine, one C function per TLA+ action of spec/Ring.tla with the step hook
   as its single tracepoint, the waits, the fences F1, F3-F8) behind a thin CPython binding
-  (src/ringcast/_protocol*.c).
+  (src/ringcast/binding/_protocol*.c).
 * :mod:`ringcast.steps` - the step hook (None in production; tests and the trace recorder stop
   or record a process before each shared-memory access of the protocol).
 * :mod:`ringcast.layout` - the byte layout of a segment and the four chunk states (no I/O).
@@ -58,9 +58,11 @@ import cycle exists, imports inside functions included):
   endpoint, framing, channel, handshake and roles of one side together; lifetime and shutdown.
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
   dataclass broadcast, driver/follower RPC. Importing ringcast never imports torch.
-* :mod:`ringcast.cli` - ``ringcast stress``, ``ringcast bench``, ``ringcast spec``.
-* ``ringcast._bundled`` - no code of its own: the repository's ``spec/``, ``stress/`` and
-  ``tools/`` folders, shipped in the package (setup.py) so the CLI runs from a wheel.
+
+The lab that proves all this (the ``ringcast`` command: stress, bench, spec; trace recording and
+TLC validation; the litmus tests; the bundled spec) is the separate package :mod:`ringcast_lab`
+(distribution ``ringcast-lab``): it sits above the runtime and uses it only through its public
+names and the step hook; nothing here imports it.
 """
 
 from .errors import (

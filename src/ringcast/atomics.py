@@ -1,6 +1,6 @@
 """Machine-level primitives for the Python side of the protocol: a full fence (the tensor
 arena's; F4 and F7 are in the core's C sequence, core/rc_core.c), an atomic 32-bit load and a buffer's address, from the C extension ``ringcast._atomics``
-(built by ``pip install``, on the primitives of ringcast_fences.h: the same instructions the C
+(built by ``pip install``, on the primitives of rc_fences.h: the same instructions the C
 steps of ``ringcast._protocol`` run, the eventcount's atomics and futex among them).
 
 There is no pure-Python fallback: the protocol's steps are C code (``ringcast._protocol``), so an

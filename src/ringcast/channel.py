@@ -45,11 +45,11 @@ import secrets
 import socket as _socket
 import stat
 import tempfile
-import time
 import weakref
 
 import zmq
 
+from . import steps as _steps
 from .errors import HandleError, ImpostorError
 from .fanout import READMIT_BATCH, READMIT_INTERVAL, PeerSocket, Readmitting, router
 from .remote import READY, RemoteSub, credentials, is_ready, start_auth, wire_topic
@@ -475,17 +475,17 @@ def close_all(sockets, auth, ctx, ipc_path: str | None) -> None:
 
 
 def recv_frames(sock, deadline: float | None, check_cancelled, on_idle_poll, on_timeout, copy: bool = True) -> list:
-    """Receive one multipart message before ``deadline`` (``time.monotonic()`` seconds; None:
+    """Receive one multipart message before ``deadline`` (``_steps.clock.monotonic()`` seconds; None:
     no limit), polling in slices of at most POLL_SLICE. ``check_cancelled()`` runs before every
     slice, ``on_idle_poll()`` after every slice that brought nothing (dead-peer checks); both may
     raise. ``on_timeout(waited)`` builds the exception raised at the deadline. ``copy=False``
     returns ``zmq.Frame`` objects: writable, private to this process, no copy out of ZeroMQ's
     message (~1 us more per message than ``bytes``; payloads: arrays and tensors rebuilt on them
     share their memory)."""
-    start = time.monotonic()
+    start = _steps.clock.monotonic()
     while True:
         check_cancelled()
-        now = time.monotonic()
+        now = _steps.clock.monotonic()
         wait = POLL_SLICE if deadline is None else min(POLL_SLICE, deadline - now)
         if wait <= 0:
             raise on_timeout(now - start)

@@ -5,7 +5,7 @@ TLA+ action); :mod:`ringcast.waiting` the wait policy, counters and cancel reque
 spin-then-park wait. These endpoints run the steps in the order spec/Ring.tla proves (through the
 core: no module of the package calls the cursors' step methods, tests/test_structure.py): what
 :class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
-the trace recorder (:mod:`ringcast.trace.serial`) run too, stepped through the step hook
+the trace recorder (:mod:`ringcast_lab.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
 
 The per-message sequence itself is the protocol core's, in plain C (src/ringcast/core/rc_core.c:

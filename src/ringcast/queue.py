@@ -19,12 +19,12 @@ the remote readers' sends and receives, counting messages, and ``shutdown`` / ``
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import contextmanager, nullcontext
 
 import zmq
 
 from . import channel
+from . import steps as _steps
 from .arena import DEFAULT_SLOTS, MIN_BYTES as ARENA_MIN_BYTES, VLLM_MIN_BYTES, reader_arena, writer_arena
 from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
@@ -276,7 +276,7 @@ class MessageQueue(QueueRole):
         with self._in_use():
             timeout = as_timeout(timeout)
             self._check_open()
-            deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
+            deadline = None if timeout is None else _steps.clock.monotonic() + max(timeout, POLL_ONCE)
 
             def recv(sock, what):
                 return self._observer.recv_frames(sock, deadline, what, timeout)
@@ -390,7 +390,7 @@ class MessageQueue(QueueRole):
             deadline = None
             if timeout is not None:
                 timeout = as_timeout(timeout)
-                deadline = None if timeout is None else time.monotonic() + max(timeout, POLL_ONCE)
+                deadline = None if timeout is None else _steps.clock.monotonic() + max(timeout, POLL_ONCE)
             if self._cancelled:
                 self._check_cancelled("dequeue")
             ep = self._endpoint
@@ -474,9 +474,9 @@ class MessageQueue(QueueRole):
         self._closed = True
         if self._busy:
             self.shutdown()
-            deadline = time.monotonic() + _CLOSE_GRACE
-            while self._busy and time.monotonic() < deadline:
-                time.sleep(0.001)
+            deadline = _steps.clock.monotonic() + _CLOSE_GRACE
+            while self._busy and _steps.clock.monotonic() < deadline:
+                _steps.clock.sleep(0.001)
             if self._busy:
                 logger.warning(
                     "ringcast %s: close() gave up waiting for an operation in another thread after %.0fs; the "

@@ -12,7 +12,7 @@ of the steps for one message (and the waiting between them) is not here: it is t
 single steps, for tests and tools. This module builds the segment and
 the cursors and keeps the diagnostics (flags, liveness) in Python.
 
-Fences (a sequentially consistent fence, ``rc_fence`` of ringcast_fences.h). Which are needed is
+Fences (a sequentially consistent fence, ``rc_fence`` of rc_fences.h). Which are needed is
 what TLC shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table").
 F1, F3, F5 and F8 are in the core's steps; F7 and F4 sit between two steps, so they are in the
 core's sequence (core/rc_core.c: ``clear_and_publish``, ``reader_look_impl``); F6W and F6N in

@@ -1,4 +1,4 @@
-"""The step hook: one process-wide callback that test harnesses install to watch or stop a
+"""The step hook and the clock: one process-wide callback that test harnesses install to watch or stop a
 process before each shared-memory access of the protocol. ``None`` in production.
 
 The bottom of the package (it imports nothing of ours but the C extensions, which it checks):
@@ -20,7 +20,7 @@ the access it names, as::
 
 Everything a harness needs comes as arguments: a hook never inspects its caller's frame. The
 stateful harness (tests/stateful/worker.py) reports each call to its controller and blocks until
-told to go on; the trace recorder (:mod:`ringcast.trace.serial`) takes a global lock; the
+told to go on; the trace recorder (:mod:`ringcast_lab.trace.serial`) takes a global lock; the
 reliability tests hang a process at a chosen step and kill it. In production each step costs
 one ``is None`` test, or a NULL test in C (tests/stateful/bench_hook.py measures them).
 
@@ -30,11 +30,18 @@ into the extension. Every way of setting it goes through this module and sets bo
 first (which refuses a value that is neither callable nor None): ``set_step_hook(fn)`` and
 assigning ``steps.hook`` (``monkeypatch.setattr(steps, "hook", fn)``); ``get_step_hook()`` and
 reading ``steps.hook`` give it back. Nothing else calls ``_protocol.set_hook``.
+
+:data:`clock` is the runtime's clock: every deadline, every spin budget and every no-futex sleep
+of a wait reads it (``clock.monotonic()``, ``clock.sleep(seconds)``). It is the :mod:`time` module
+in production; a harness with virtual time (the trace recorder, tests/test_waiting.py) installs
+its own with ``set_clock(clock)`` (or by assigning ``steps.clock``), which sets the C core's
+copy too (``_protocol.set_clock``: the core then calls the two methods, never looks them up).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import types
 
 try:  # the package's C code; checked here, at the bottom, so that a broken install says how to fix it
@@ -45,7 +52,7 @@ except ImportError as e:  # pragma: no cover - a broken install
         "and reinstall ringcast (pip install -e . in a checkout) so that ringcast._protocol and ringcast._atomics are built"
     ) from e
 
-__all__ = ["set_step_hook", "get_step_hook"]
+__all__ = ["set_step_hook", "get_step_hook", "set_clock", "get_clock"]
 
 
 #: the installed step hook, or None (read by the Python steps as ``_steps.hook``; the C steps test
@@ -62,12 +69,24 @@ def get_step_hook():
     return hook
 
 
+#: the runtime's clock (module docstring): the time module, or a harness's virtual one
+clock = time
+
+
+def set_clock(c) -> None:
+    """Install ``c`` (an object with ``monotonic()`` and ``sleep(seconds)``; None: the real
+    :mod:`time`) as the runtime's clock. For tests and tracing."""
+    sys.modules[__name__].clock = time if c is None else c
+
+
 class _StepsModule(types.ModuleType):
     """This module, whose :data:`hook` is installed in the C steps whenever it is assigned."""
 
     def __setattr__(self, name: str, value) -> None:
         if name == "hook":
             _protocol.set_hook(value)  # first: a refused value changes neither
+        elif name == "clock":
+            _protocol.set_clock(value)
         super().__setattr__(name, value)
 
 

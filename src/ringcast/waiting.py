@@ -10,7 +10,7 @@ readers starve the writer they wait for. A pure sleeper pays a kernel wake-up (t
 microseconds) on every message. So a waiter spins for ``spin`` seconds (stretched up to
 ``spin_max`` while its previous wait was shorter than that: the core's ``spin_budget``; ``sched_yield``
 between looks, each preceded by the CPU's spin hint: ``pause`` on x86, ``yield`` on Arm,
-ringcast_fences.h's ``rc_spin_hint``), then parks in the kernel until the other side publishes.
+rc_fences.h's ``rc_spin_hint``), then parks in the kernel until the other side publishes.
 
 The primitive is a futex on a 32-bit word inside the segment (``write_seq`` for readers,
 ``read_seq`` for the writer, see :mod:`ringcast.layout`), used as an *eventcount*:
@@ -35,7 +35,7 @@ production) before its shared-memory access, so tests/stateful can drive a parke
 step. The whole wait (the spin phase, the park loop, the dead-peer checks while parked, the
 timeout and the cancel) is the core's ``side_wait``, in C, entered by an endpoint when its first
 look fails: no Python runs in it but the interface's upcalls (the clock, which the stateful
-harness replaces through this module's ``time``; the observer's checks and log while parked).
+harness replaces with :func:`ringcast.steps.set_clock`; the observer's checks and log while parked).
 :class:`EventCount` (``EventCount(seq_addr, waiters_addr, counters)``) exposes the same steps on
 words at fixed addresses, for tests and tools: ``notify(side, index)`` is NotifyLoadWaiters, then
 NotifyWake only if somebody is parked. :class:`Cancel` is a queue object's cancel request:
@@ -59,7 +59,6 @@ one call, and vanishes with the segment.
 from __future__ import annotations
 
 import math
-import time  # noqa: F401 - the core reads its clock here (time.monotonic); the stateful harness replaces it
 from dataclasses import dataclass
 
 from . import _protocol

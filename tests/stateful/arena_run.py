@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ringcast.arena import TensorArena
 
-from ringcast.trace.model import Conformance
+from ringcast_lab.trace.model import Conformance
 from .queue_run import QueueRun
 from .ring_run import Proc
 

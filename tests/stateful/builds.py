@@ -1,4 +1,4 @@
-"""Test builds of ringcast._protocol: the same sources (src/ringcast/_protocol.c and the protocol
+"""Test builds of ringcast._protocol: the same sources (src/ringcast/binding/_protocol.c and the protocol
 core it includes) compiled with test-only ``-D`` switches, loaded beside the real module, and the
 Python modules over it (ring, waiting, endpoint) recompiled on that build, so that its endpoint
 classes run the test build's core. setup.py never passes these switches; each build says which it
@@ -22,7 +22,7 @@ import tempfile
 import types
 from pathlib import Path
 
-PROTOCOL_C = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "_protocol.c"
+PROTOCOL_C = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "binding" / "_protocol.c"
 _builds: dict[tuple, types.ModuleType] = {}
 
 

@@ -1,4 +1,4 @@
-"""Guided replay: behaviours of a TLC model (ringcast.trace.coverage_paths.covering_paths) forced on
+"""Guided replay: behaviours of a TLC model (ringcast_lab.trace.coverage_paths.covering_paths) forced on
 the real processes through the step-by-step driver (ring_run.RingRun), each step checked against
 the spec as the harness checks every step (check_step), and its state projected onto TLC's.
 
@@ -6,7 +6,7 @@ A path's step names a process and the spec action it takes; the driver lets exac
 take its next step, after checking that the step it is blocked before *is* that action.  A step
 the code cannot take (it is about to do something else, or is finished), a step whose check
 fails, or a step that lands the code in another spec state than the path's is a *finding*,
-reported with the path; nothing waits longer than the reply timeout (ringcast.trace.child.REPLY_TIMEOUT).
+reported with the path; nothing waits longer than the reply timeout (ringcast_lab.trace.child.REPLY_TIMEOUT).
 
 Readers look on after their last message: the spec's readers never stop, so a reader that has
 delivered all M messages keeps looking at its next chunk (``ReaderLoadWritten`` /
@@ -28,9 +28,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ringcast.trace.coverage import Coverage
-from ringcast.trace.coverage_paths import covering_paths
-from ringcast.trace.model import RingModel
+from ringcast_lab.trace.coverage import Coverage
+from ringcast_lab.trace.coverage_paths import covering_paths
+from ringcast_lab.trace.model import RingModel
 
 from .pool import Pool
 from .profiles import load_profile
@@ -275,9 +275,9 @@ def random_catches(pool: Pool, *, N: int, NR: int, M: int, reader: str, writer: 
 def ring_coverage(name: str, spec=None) -> tuple[Coverage, tuple]:
     """A fresh Coverage of manifest model ``name`` (TLC's graph, :func:`dump_graph`) and the
     model's (N, NR, M); a graph of other constants than the harness runs is refused
-    (:class:`ringcast.trace.coverage.ConstantMismatch`, naming the constant)."""
-    from ringcast.trace.coverage import check_constants
-    from ringcast.trace.coverage_paths import dump_graph
+    (:class:`ringcast_lab.trace.coverage.ConstantMismatch`, naming the constant)."""
+    from ringcast_lab.trace.coverage import check_constants
+    from ringcast_lab.trace.coverage_paths import dump_graph
 
     if name not in RING_MODELS:
         raise KeyError(f"{name}: the guided replay drives {', '.join(RING_MODELS)} (ring level)")
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     Ring-level models run RingRun, queue-level ones (guided_queue.QUEUE_MODELS) a MessageQueue."""
     import argparse
 
-    from ringcast.trace.coverage import format_report, report, unreached_text
+    from ringcast_lab.trace.coverage import format_report, report, unreached_text
 
     from . import guided_queue as gq
 

@@ -1,7 +1,7 @@
 """Guided replay at the MessageQueue level (docs/stateful.md, *Coverage*): behaviours of a
 queue-level TLC model (``overflow_code``) forced on a real MessageQueue through the step-by-step
 driver (queue_run.QueueRun), every step checked as the queue harness checks it, every state
-projected by ringcast.trace.coverage_queue.
+projected by ringcast_lab.trace.coverage_queue.
 
 The run: two local readers, the N chunks and M messages of the model, messages ``Big`` overflow
 (their pickle is larger than the chunk) and the others are inline. The readers dequeue once more
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import time
 
-from ringcast.trace.child import ChildProcess
-from ringcast.trace.coverage import check_constants
-from ringcast.trace.coverage_paths import covering_paths, dump_graph
-from ringcast.trace.coverage_queue import ParkCoverage, QueueCoverage, build_park_graph, graph_quotient
+from ringcast_lab.trace.child import ChildProcess
+from ringcast_lab.trace.coverage import check_constants
+from ringcast_lab.trace.coverage_paths import covering_paths, dump_graph
+from ringcast_lab.trace.coverage_queue import ParkCoverage, QueueCoverage, build_park_graph, graph_quotient
 
 from .guided import Finding, GuidedResult, LookingModel, follow, seeded
 from .machine import boundary_bytes

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ringcast.trace.model import RingModel
+from ringcast_lab.trace.model import RingModel
 
 from .pool import Pool
 from .ring_run import RingRun, trace_of

@@ -1,4 +1,4 @@
-"""Harness side: a pool of persistent child processes (:class:`ringcast.trace.child.ChildProcess`
+"""Harness side: a pool of persistent child processes (:class:`ringcast_lab.trace.child.ChildProcess`
 running :class:`worker.Worker`), spawned once (~0.3 s each, in parallel) and handed to the runs:
 :mod:`.ring_run` (with the minimizer :mod:`.shrink`), :mod:`.queue_run`, :mod:`.arena_run`. A run
 resets them onto a fresh segment; a worker that stops answering is killed and replaced."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ringcast.trace.child import ChildError, ChildProcess
+from ringcast_lab.trace.child import ChildError, ChildProcess
 
 from .worker import Worker
 

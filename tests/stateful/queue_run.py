@@ -1,12 +1,12 @@
 """One schedule-controlled run through a real MessageQueue (:class:`QueueRun`), and free runs
-(:func:`free_run`); both start with :func:`ringcast.trace.child.handshake`."""
+(:func:`free_run`); both start with :func:`ringcast_lab.trace.child.handshake`."""
 
 from __future__ import annotations
 
 from ringcast.layout import READ_SEQ, READER_WAITERS, WRITE_SEQ, WRITER_WAITERS
 from ringcast.ring import ShmRingBuffer
-from ringcast.trace.child import ChildError, handshake
-from ringcast.trace.model import ORDER_QUEUE, RingModel, check_state
+from ringcast_lab.trace.child import ChildError, handshake
+from ringcast_lab.trace.model import ORDER_QUEUE, RingModel, check_state
 
 from .pool import Pool
 from .ring_run import Proc, RunBase
@@ -49,7 +49,7 @@ class QueueRun(RunBase):
         self.cancelled: set[int] = set()
         self.snap: dict[int, int] = {}  # the seq value each parked process snapshotted
         #: the trace: ``(action, process)`` of every step, appended when the model takes it (a
-        #: blocking ParkSleep when its sleeper wakes up), as ringcast.trace.tracecheck takes it
+        #: blocking ParkSleep when its sleeper wakes up), as ringcast_lab.trace.tracecheck takes it
         self.records: list[tuple[str, int]] = []
         self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=1, parking=True)
         self.model.NR = self.model.Wr = n_local  # no local readers: the model has nothing to check on the ring
@@ -179,8 +179,8 @@ class QueueRun(RunBase):
         self.records.append((action, pr.p))
 
     def trace(self) -> dict:
-        """The run's trace in the form ringcast.trace.tracecheck.validate takes at level "queue"."""
-        from ringcast.trace.serial import queue_trace
+        """The run's trace in the form ringcast_lab.trace.tracecheck.validate takes at level "queue"."""
+        from ringcast_lab.trace.serial import queue_trace
 
         return queue_trace(self.model.N, self.n_local, self.M, self.records, self.describe())
 

@@ -1,6 +1,6 @@
 """One schedule-controlled run of the ring-level protocol: :class:`RingRun` (1 writer + NR
 readers, each a pooled process on the real segment), checked after every step by
-:func:`ringcast.trace.model.check_step` (as the trace replay of :mod:`ringcast.trace.serial`).
+:func:`ringcast_lab.trace.model.check_step` (as the trace replay of :mod:`ringcast_lab.trace.serial`).
 :class:`RunBase` is what it shares with the MessageQueue runs (queue_run.py): the processes, the
 reports, the fair drain. The Hypothesis state machines (machine.py) drive them."""
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ringcast.ring import ShmRingBuffer
-from ringcast.trace.child import ChildProcess, handshake
-from ringcast.trace.model import Conformance, RingModel, StepRecord, Violation, check_state, check_step, observe
-from ringcast.trace.payload import PAYLOAD_OVERHEAD, decode
+from ringcast_lab.trace.child import ChildProcess, handshake
+from ringcast_lab.trace.model import Conformance, RingModel, StepRecord, Violation, check_state, check_step, observe
+from ringcast_lab.trace.payload import PAYLOAD_OVERHEAD, decode
 
 from .pool import Pool
 from .variants import READER_MODEL, READERS, WRITER_MODEL, WRITERS

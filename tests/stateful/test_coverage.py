@@ -1,4 +1,4 @@
-"""Spec-state coverage (ringcast.trace.coverage) and the guided replay (guided.py): TLC's state
+"""Spec-state coverage (ringcast_lab.trace.coverage) and the guided replay (guided.py): TLC's state
 graph of ring_correct read back under the spec's names, every state and transition forced on the
 real processes, and a planted bug in a rarely reached state caught by it."""
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ringcast.trace import coverage as c
+from ringcast_lab.trace import coverage as c
 
 from .guided import guided, harness_constants, ring_coverage
 
@@ -108,8 +108,8 @@ def test_guided_replay_enters_every_state_of_overflow_code():
 def test_parking_projection_reads_whether_the_reader_looks_again_or_parks(pool):
     """With parking, a reader's failed look (written = 0) leads in the spec to park_snap or back
     to load_w; the code decides at its next step (spin=0: it looks twice, then parks), so the
-    projection reads the action the reader is blocked before (ringcast.trace.coverage_queue, ParkCoverage)."""
-    from ringcast.trace.coverage_queue import QueueConsts, park_values
+    projection reads the action the reader is blocked before (ringcast_lab.trace.coverage_queue, ParkCoverage)."""
+    from ringcast_lab.trace.coverage_queue import QueueConsts, park_values
 
     from .guided_queue import PARK
     from .queue_run import QueueRun

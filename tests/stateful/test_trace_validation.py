@@ -1,5 +1,5 @@
 """Trace validation: runs of the real code, recorded as traces, are behaviours of spec/Ring.tla
-for TLC (:func:`ringcast.trace.tracecheck.validate`), at both levels; a trace with any one step
+for TLC (:func:`ringcast_lab.trace.tracecheck.validate`), at both levels; a trace with any one step
 dropped, duplicated or swapped is not (the check is not vacuous).
 
 *Ring level* (spec/trace/TraceRing.tla): schedules the Hypothesis machine explores and
@@ -12,12 +12,12 @@ Each run is a QueueRun (a writer and two local readers, each a real process runn
 MessageQueue.enqueue/dequeue through the endpoints) stepped at the code's own step points in a
 random order (seeded); sides park at once (spin=0) and sleep until notified.  The recorded trace
 (``QueueRun.records``: ``(action, process)`` of every step the model took) is checked by the
-package's :func:`ringcast.trace.tracecheck.validate` at level "queue": spec/trace/TraceQueue.tla
+package's :func:`ringcast_lab.trace.tracecheck.validate` at level "queue": spec/trace/TraceQueue.tla
 lets TLC find the spec's state, program counters included, for it, with Ring's invariants on every state.
 Nothing of the harness's Python model goes into the trace.  A trace with one step changed must be
 rejected (the check is not vacuous): every single-step change (drop, duplicate, swap) of every
 kind of step, all checked in one TLC run.  The objects and chunk size are the recorder's
-(:mod:`ringcast.trace.serial`, level "queue": message 2 overflows, 1 and 3 fit).
+(:mod:`ringcast_lab.trace.serial`, level "queue": message 2 overflows, 1 and 3 fit).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from ringcast.trace.serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace, record_queue_run, record_runs
-from ringcast.trace.tracecheck import mutation_table, validate
+from ringcast_lab.trace.serial import MAX_CHUNK_BYTES, OBJECTS, RECHECK, queue_trace, record_queue_run, record_runs
+from ringcast_lab.trace.tracecheck import mutation_table, validate
 
 from .machine import budget, ring_machine
 from .queue_run import QueueRun
@@ -47,7 +47,7 @@ TLC_SECONDS = 200
 @pytest.mark.timeout(300)
 def test_explored_schedules_are_spec_behaviours(pool):
     """Every schedule the Hypothesis state machine explores (N=2, NR=2, 4 messages), plus
-    lock-serialised runs of the real endpoints (ringcast.trace.serial, replayed through the same
+    lock-serialised runs of the real endpoints (ringcast_lab.trace.serial, replayed through the same
     check_step), is checked by TLC in one run to be a behaviour of the spec."""
     traces: list = []
     m = ring_machine(pool, N=st.just(2), NR=st.just(2), sizes=st.lists(st.integers(0, 8), min_size=4, max_size=4), record=traces)
@@ -90,7 +90,7 @@ def test_planted_bug_trace_is_rejected(pool):
 
 @pytest.mark.timeout(300)
 def test_every_single_step_change_of_a_ring_trace_is_rejected():
-    """Two lock-serialised runs to their end (ringcast.trace.serial), each step dropped,
+    """Two lock-serialised runs to their end (ringcast_lab.trace.serial), each step dropped,
     duplicated, or swapped with the same process's next step, all checked in one TLC run: every
     change is rejected, except a failed WriterClaim dropped or duplicated (the ring-level writer
     spins without bound, and a failed look changes nothing: the changed trace is a run of the
@@ -118,13 +118,13 @@ def test_a_tlc_run_past_its_timeout_is_reported_as_such():
 
 # -- MessageQueue level ----------------------------------------------------------------------------
 class AcquireRun(QueueRun):
-    """Message 3 goes through acquire_write / acquire_read (ringcast.trace.child: raw bytes)."""
+    """Message 3 goes through acquire_write / acquire_read (ringcast_lab.trace.child: raw bytes)."""
 
     writer_opts = reader_opts = {"acquire": (2,)}
 
 
 def recorder_run(pool, run_class=QueueRun) -> QueueRun:
-    """A run with the recorder's configuration (ringcast.trace.serial: two local readers, two chunks, parking at once)."""
+    """A run with the recorder's configuration (ringcast_lab.trace.serial: two local readers, two chunks, parking at once)."""
     return run_class(pool, n_local=2, n_remote=0, objs=list(OBJECTS), max_chunk_bytes=MAX_CHUNK_BYTES, max_chunks=2,
                      spin=0, recheck=RECHECK, tight_looks=0)
 
@@ -288,9 +288,9 @@ def test_every_single_step_change_of_a_queue_trace_is_rejected(pool):
 
 
 def _model_accepts(tr: dict, steps: list) -> bool:
-    """The harness's Python model of the spec (ringcast.trace.model, written apart from the TLA+)
+    """The harness's Python model of the spec (ringcast_lab.trace.model, written apart from the TLA+)
     as a second judge: can it take every step, ending with the run over?"""
-    from ringcast.trace.model import ORDER_QUEUE, Conformance, RingModel
+    from ringcast_lab.trace.model import ORDER_QUEUE, Conformance, RingModel
 
     m = RingModel(tr["N"], tr["NR"], tr["M"], order=ORDER_QUEUE, payload_parts=1, parking=True)
     try:
@@ -325,7 +325,7 @@ def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
     machine (measured here with the children's CPU affinity faked to 4: 2 of 2 rejected; 4 of 4
     accepted with ``looks`` = 66)."""
     from ringcast.roles import wait_policy
-    from ringcast.trace.tracecheck import LOOKS
+    from ringcast_lab.trace.tracecheck import LOOKS
 
     tr = record_queue_run(seed=0)
     assert tr["looks"] == LOOKS + wait_policy(0, None, 1, 1, 2).tight_looks

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ringcast.arena import ArenaReader, ArenaWriter
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
-from ringcast.trace.model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
+from ringcast_lab.trace.model import ORDER_CORRECT, ORDER_PUBLISH_BEFORE_CLEAR
 
 
 class Planted:

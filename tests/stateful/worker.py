@@ -1,4 +1,4 @@
-"""The harness's child: :class:`ringcast.trace.child.Child` (the programs every recorded run
+"""The harness's child: :class:`ringcast_lab.trace.child.Child` (the programs every recorded run
 uses) plus what the harness changes in the MessageQueue it builds, which stays on the test side:
 a planted bug as the tensor arena's side (variants.ARENA_WRITERS / ARENA_READERS) with the
 harness's ``arena_min_bytes``, ``tight_looks``, and the ``("views", [(message, slot, crc32),
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ringcast.trace.child import Child
+from ringcast_lab.trace.child import Child
 
 
 class Worker(Child):

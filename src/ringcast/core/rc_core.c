@@ -2,12 +2,12 @@
  * machine, every transition of a side in this file; the steps are rc_steps.c's, the eventcount and
  * the wait rc_wait.c's (included below: one translation unit, plain C, no CPython header).
  *
- * The CPython extension (src/ringcast/_protocol.c) includes this file; a model checker's harness
+ * The CPython extension (src/ringcast/binding/_protocol.c) includes this file; a model checker's harness
  * compiles it alone (issue 39: GenMC), with its own rc_iface. */
 #include <string.h>
 
 #include "rc_core.h"
-#include "../ringcast_fences.h"
+#include "rc_fences.h"
 
 #include "rc_steps.c"
 #include "rc_wait.c"

@@ -13,7 +13,7 @@
  *     park on write_seq, writer checks), ReaderCopy, F8, ReaderCheckEvicted (evicted: gone, no
  *     ack), ReaderAck (F5), notify, [marker: ReaderRecvOverflow].
  *
- * Every access to the shared mapping goes through ringcast_fences.h's primitives, between
+ * Every access to the shared mapping goes through rc_fences.h's primitives, between
  * io->pin and io->unpin (the binding keeps the mapping open meanwhile; a closed ring is
  * RC_ERR_CLOSED); pins may nest (a park holds one around its re-check's steps). The payload is
  * copied with plain memcpy (the data a race would tear). The core allocates nothing: the caller

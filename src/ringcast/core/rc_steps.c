@@ -1,7 +1,7 @@
 /* rc_steps.c: the ring's steps, one C function per action of spec/Ring.tla (tagged
  * `Spec: WriterClaim` ...), part of the protocol core: included by rc_core.c, which orders them.
  * Each step does, in order: its tracepoint (the step hook; the step has not happened if it
- * fails), io->pin, its accesses with ringcast_fences.h's primitives, io->unpin.
+ * fails), io->pin, its accesses with rc_fences.h's primitives, io->unpin.
  *
  * Fence pairs (each fence names the fence it pairs with, as linux/wait.h does):
  *   F1 (writer_claim: after the flag loads, before the payload stores)  <->  F5 (reader_ack)
@@ -12,7 +12,7 @@
  *   F8 (reader_check_evicted: after the copy, before the evicted load)  <->  F1 (writer_claim)
  * Test-only switches (never passed by setup.py): -DRINGCAST_TEST_DROP_F1 / _F3 / _F4 / _F5 /
  * _F7 / _F8 turn that point's fence into a compiler barrier (the litmus tests' spelling);
- * F6N / F6W are ringcast_fences.h's. */
+ * F6N / F6W are rc_fences.h's. */
 
 #ifdef RINGCAST_TEST_DROP_F1
 #define RC_F1() rc_compiler_barrier()
