@@ -118,8 +118,9 @@ class WaitPolicy:
     #: fallback (tools/bench_wake.py's ``poll-1ms`` mode measures it).
     futex: bool = True
     #: The adaptive spin budget's cap (seconds; None: ``SPIN_MAX_FACTOR`` x ``spin``). A side
-    #: whose previous wait ended within ``spin_max`` spins up to twice that long (at least
-    #: ``spin``, at most ``spin_max``); after a longer wait, ``spin``. ``spin_max <= spin``: the
+    #: whose previous wait ended within ``spin_max`` spins up to 4x that long (the core's
+    #: ``RC_SPIN_ADAPT``, rc_wait.c; at least ``spin``, at most ``spin_max``); after a longer
+    #: wait, a timeout or a failure, ``spin``. ``spin_max <= spin``: the
     #: budget is always ``spin`` (``spin=0`` parks at once, always). docs/waiting.md.
     spin_max: float | None = None
 
