@@ -34,6 +34,8 @@ import cycle exists, imports inside functions included):
   Each endpoint is given one ``Observer`` (overflow I/O, errors and the long-wait log); the
   endpoint decides, e.g. evicts dead readers, the observer reports.
 * :mod:`ringcast.pickling` - protocol-5 pickles as a list of parts (no ``pickle.dumps`` copy).
+* :mod:`ringcast.wire` - the writer's side of the wire: message numbers, a message laid out as
+  ZeroMQ frames (large ``bytes`` by reference, the rest in reused buffers; CURVE parts).
 * :mod:`ringcast.framing` - an object as a chunk's parts or overflow frames, and back (markers,
   pickle, out-of-band buffers, the allow-list unpickler).
 * :mod:`ringcast.remote` - a remote reader's socket: it proves its server is the writer

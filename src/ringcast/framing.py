@@ -7,7 +7,8 @@ and ``ReaderRecvOverflow``, models ``overflow_*``):
   the unpickler stops at its STOP opcode, so no length is stored (as in vLLM).
 * ``2`` inline with out-of-band buffers: ``u32 nbuf, u64 main_len, nbuf x u64 len`` then the
   pickle then each buffer: large numpy arrays / bytearrays / CPU tensors are copied once, straight
-  into the chunk, and all readers share that one copy.
+  into the chunk (the writer's one copy); each reader copies each buffer out into a ``bytearray``
+  of its own (the chunk is reused).
 * ``3`` inline with buffers in the tensor arena (:mod:`ringcast.arena`): as ``2``, but each
   buffer's length is followed by an ``i64`` arena slot (-1: the buffer is inline, after the
   pickle, as in ``2``); readers rebuild arena buffers as views of the slot (zero copy).
@@ -81,7 +82,7 @@ def frame(parts: list, main_len: int, bufs: list, total: int, max_chunk_bytes: i
     """``(chunk parts, overflow frames)`` for a pickle of ``main_len`` bytes in ``parts`` with
     out-of-band ``bufs``, ``total`` bytes in all: message ``outbox.seq``. The overflow frames
     (:meth:`~ringcast.wire.Outbox.frames`) are None when the message fits the chunk. ``placement`` (a
-    :class:`~ringcast.wire.Pending`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
+    :class:`~ringcast.outgoing.OutgoingMessage`, or None: no arena) places the buffers of at least ``arena.min_bytes`` in
     the tensor arena, if the rest then fits the chunk, and holds the slots it filled until the
     message is published or dropped (an exception in here gives them back)."""
     if not bufs:

@@ -154,7 +154,14 @@ class Outbox:
         with ``lend``: a run of OWNED_MIN bytes or more that is one object comes back as a view
         of it, for a caller that seals the frames at once (the seal is its copy)."""
         nf = 1 + len(bufs)
-        if total < BYREF_MIN - WIRE_HEAD.size:  # nothing large (the common case): one copy into ZeroMQ's memory
+        # Nothing large (the common case): the head and the pickle are joined into one bytes (a
+        # copy); a remote socket (fanout.PeerSocket) copies that again with the topic in front
+        # when it is under SHARE_MIN (8 KiB), and pyzmq's send(copy=True) copies it into ZeroMQ's
+        # memory, once per connection: three copies to a remote reader (two from SHARE_MIN up,
+        # where several connections share one zmq.Frame), two to the local overflow socket
+        # (aes-gcm seals the joined bytes into a new one instead). Each buffer is copied once,
+        # into its zmq.Frame, which no send copies again.
+        if total < BYREF_MIN - WIRE_HEAD.size:
             return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
         step, table = self.part_bytes, 4 * nf
         pieces = [_pieces(parts, WIRE_HEAD.size + table), *[_pieces((b,), 0) for b in bufs]]
