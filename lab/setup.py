@@ -9,6 +9,10 @@
 3. ``ringcast_lab._litmus`` (the litmus tests of ``ringcast stress``) is built on the runtime's
    fence primitives (``src/ringcast/core/rc_fences.h``, the very inline functions the protocol
    core runs); it is optional: without a C compiler the ``fences`` scenario says it cannot run.
+4. ``ringcast_lab._steps`` (the single steps, EventCount and the planted-bug switch of the tests
+   and tools, ``src/ringcast_lab/steps/``) compiles the runtime's own core and side C
+   (``src/ringcast/core/``, ``src/ringcast/binding/_protocol_side.c``) by relative path: a
+   single step is the code an endpoint runs; optional too (the tests that need it say so).
 """
 from pathlib import Path
 
@@ -35,10 +39,17 @@ BUNDLED = bundled_packages()
 LITMUS = "../src/ringcast_lab/litmus"
 #: the files _litmus.c includes (one translation unit), and the runtime's fences
 LITMUS_PARTS = [f"{LITMUS}/_litmus_{part}.c" for part in ("runs", "hunt", "build")] + ["../src/ringcast/core/rc_fences.h"]
+STEPS = "../src/ringcast_lab/steps"
+#: the files _steps.c includes: its own, the runtime's core and the binding's Side
+STEPS_PARTS = [f"{STEPS}/_steps.h", f"{STEPS}/_steps_wait.c", "../src/ringcast/binding/_protocol_side.c",
+               *(f"../src/ringcast/core/{n}" for n in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_fences.h"))]
 
 setup(
     packages=find_packages("../src", include=["ringcast_lab", "ringcast_lab.*"]) + list(BUNDLED),
     package_dir={"ringcast_lab": "../src/ringcast_lab", **BUNDLED},
     package_data=dict.fromkeys(BUNDLED, DATA),
-    ext_modules=[Extension("ringcast_lab._litmus", [f"{LITMUS}/_litmus.c"], depends=LITMUS_PARTS, optional=True)],
+    ext_modules=[
+        Extension("ringcast_lab._litmus", [f"{LITMUS}/_litmus.c"], depends=LITMUS_PARTS, optional=True),
+        Extension("ringcast_lab._steps", [f"{STEPS}/_steps.c"], depends=STEPS_PARTS, optional=True),
+    ],
 )

@@ -10,7 +10,7 @@ and checks, from the assembly of the function each fence point is in:
 
 * F1, F3, F5, F8 (``RC_F<n>()``, ``rc_fence()`` in a shipped build, in the core's steps
   ``writer_claim``, ``writer_publish``, ``reader_ack``, ``reader_check_evicted``) and F7, F4 (in
-  the core's sequence: ``clear_and_publish``, ``reader_look_impl``): a ``dmb ish``;
+  the core's sequence: ``clear_and_publish``, ``rc_reader_look``): a ``dmb ish``;
 * F6N (NotifyLoadWaiters, ``rc_notify_load_waiters``): a ``dmb ish`` before its load (``ldar``);
 * F6W (ParkAnnounce, ``rc_park_announce``): a ``dmb ish`` after its read-modify-write, before it
   returns.  A seq_cst RMW alone in its LL/SC form (``ldaxr``/``stlxr``) lets a later plain load
@@ -101,7 +101,7 @@ def test_fence_points_are_found_in_the_code():
     assert points["F6W"][1:] == ("rc_park_announce", "fetch_add_u32"), points
     assert points["F6N"][1:] == ("rc_notify_load_waiters", "fence_load_u32"), points
     assert points["F1"][1] == "writer_claim" and points["F3"][1] == "writer_publish" and points["F5"][1] == "reader_ack", points
-    assert points["F7"][1] == "clear_and_publish" and points["F4"][1] == "reader_look_impl", points
+    assert points["F7"][1] == "clear_and_publish" and points["F4"][1] == "rc_reader_look", points
     assert points["F8"][1] == "reader_check_evicted", points
 
 

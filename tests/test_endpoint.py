@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 from pathlib import Path
 
 import pytest
 
 from ringcast import steps as steps_mod
 from ringcast._protocol import _ReaderEndpoint, _WriterEndpoint
-from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
-from ringcast.ring import RingReader, RingWriter
+from ringcast.endpoint import Observer, ReaderEndpoint, WriterEndpoint
+from ringcast.errors import EvictedError
 from ringcast.waiting import WaitPolicy
+from ringcast_lab._steps import ReaderSteps, WriterSteps
 
 from test_ring import ring  # noqa: F401  (the fixture: 3 readers, 64 B chunks, 2 chunks)
 
@@ -55,18 +57,16 @@ def test_arguments_are_checked_by_name_and_position(ring):
     r.release()
 
 
-def test_the_cursor_is_the_sides_and_set_once(ring):
+def test_an_endpoint_is_bound_once_to_its_side(ring):
     w = WriterEndpoint(ring, POLICY)
-    with pytest.raises(AttributeError, match="set once"):
-        w.cursor = RingWriter(ring)
-    with pytest.raises(TypeError, match="_WriterSteps"):
-        WriterEndpoint(ring, POLICY, cursor=RingReader(ring, 0))
-    with pytest.raises(TypeError, match="_ReaderSteps"):
-        ReaderEndpoint(ring, 0, POLICY, cursor=RingWriter(ring))
+    with pytest.raises(RuntimeError, match="built once"):
+        w._bind(ring.offsets(), -1, ring.reader_liveness, Observer(), w.counters, w.cancel, POLICY, False)
+    with pytest.raises(ValueError, match="r=0 for a writer"):
+        _WriterEndpoint()._bind(ring.offsets(), 0, ring.reader_liveness, Observer(), w.counters, w.cancel, POLICY, False)
 
 
 def test_an_endpoint_never_built_from_a_ring_raises():
-    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint()._finish, _WriterEndpoint().claim,
+    for call in (lambda: _WriterEndpoint().publish((b"x",)), _WriterEndpoint().unread_readers, _WriterEndpoint().claim,
                  _WriterEndpoint()._commit_write, _WriterEndpoint()._abort_write, _ReaderEndpoint().wait_ready,
                  _ReaderEndpoint().ready, lambda: _ReaderEndpoint().receive(bytes)):
         with pytest.raises(RuntimeError, match="not bound"):
@@ -140,17 +140,33 @@ STEPS = re.compile(r"(?<![\w\".])(writer_(claim|clear_written|write_payload|clea
                    r"copy|check_evicted|ack)|rc_notify|claim|clear_and_publish|begin|aborted|side_wait|park|look)\(")
 
 
+#: the binding's functions that may look a name up: module init, set_clock (installs), _bind
+BY_NAME_OK = {"PyInit__protocol", "set_clock", "ep_bind"}
+BY_NAME = re.compile(r"\b(PyObject_GetAttrString|PyObject_GetAttr|_PyType_Lookup|PyImport_\w+|PyObject_CallMethod\w*)\(")
+
+
+def _c_functions(code: str) -> dict[str, str]:
+    """{name: body} of the top-level C function definitions in ``code`` (comments removed)."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\([^;{]*?\)\s*\{(.*?)^\}", code, flags=re.S | re.M)}
+
+
 def test_the_binding_takes_no_protocol_decision():
     """Issue 38: the CPython binding (_protocol*.c) converts, fills the interface and maps errors;
     it calls no ring step itself (only the core orders them: each entry point calls one rc_*
-    entry point, a cursor's single-step methods go through rc_step), and it looks nothing up by
-    name per step (no _PyType_Lookup). The core includes no CPython header."""
+    entry point), and it looks no name up on a per-message or per-wait path (issue 50: by-name
+    lookups only at module init and bind). The core includes no CPython header."""
     binding = {p.name: p.read_text() for p in sorted((SRC / "binding").glob("_protocol*.c"))}
     assert "_protocol_sides.c" in binding and "_protocol_endpoint.c" in binding
+    looked_up = set()
     for name, text in binding.items():
         code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         assert not STEPS.search(code), (name, STEPS.search(code).group(0))
-        assert "_PyType_Lookup" not in code, name
+        funcs = _c_functions(code)
+        assert len(funcs) > 3 or name == "_protocol_counters.c", (name, sorted(funcs))
+        looked_up |= {f for f, body in funcs.items() if BY_NAME.search(body)}
+        assert len(BY_NAME.findall(code)) == sum(len(BY_NAME.findall(b)) for b in funcs.values()), name
+    assert looked_up <= BY_NAME_OK, looked_up - BY_NAME_OK
+    assert {"PyInit__protocol", "ep_bind"} <= looked_up  # the check reads the functions it means
     for core in sorted((SRC / "core").glob("*.[ch]")):
         assert "Python.h" not in core.read_text(), core.name
 
@@ -179,12 +195,14 @@ def test_an_abort_after_a_read_flag_is_cleared_finishes_the_message():
         w.publish((b"one",), timeout=0)
         assert r0.receive(lambda v: bytes(v[:3]), timeout=0) == (b"one", None)
         assert r1.receive(lambda v: bytes(v[:3]), timeout=0) == (b"one", None)
-        assert r0.cursor._reader_load_written() == 1  # message one's written byte, still set
+        steps0 = ReaderSteps(rb, 0)  # reader 0's single steps (the lab's), at the endpoint's chunk
+        steps0.index = r0.index
+        assert steps0._reader_load_written() == 1  # message one's written byte, still set
         hook = RaiseAt("WriterClearReadFlag", nth=2)
         with hook.installed(), hook.arm(), pytest.raises(Interrupt):
             w.publish((b"two",), timeout=0)
         assert hook.raised == 1
-        assert r0.cursor._reader_load_read_flag() == 0  # reader 0 may take the chunk as message two
+        assert steps0._reader_load_read_flag() == 0  # reader 0 may take the chunk as message two
         assert rb.flags(0)[0] == 1, "the message was dropped after a reader's flag was cleared"
         with pytest.raises(RingTimeoutError):  # the chunk is the readers' until they read message two
             w.publish((b"six",), timeout=0)
@@ -193,6 +211,39 @@ def test_an_abort_after_a_read_flag_is_cleared_finishes_the_message():
         w.publish((b"three",), timeout=0)
         assert r0.receive(lambda v: bytes(v[:5]), timeout=0) == (b"three", None)
     finally:
-        r0.release(), r1.release()
+        r0.release(), r1.release(), steps0.release()
         rb.close()
         rb.unlink()
+
+
+def test_a_parked_reader_evicted_by_the_writer_is_gone_in_the_core(ring):
+    """The core decides a parked reader's eviction (reader_idle, the one predicate of
+    ReaderCheckEvicted): the reader ends gone (RC_R_GONE) and raises EvictedError, now and at every
+    later receive; the observer's check_writer is not asked once it is evicted."""
+    checks = []
+
+    class Watch(Observer):
+        def check_writer(self, ep, waited):
+            checks.append(ep.gone)
+
+    r = ReaderEndpoint(ring, 0, POLICY, observer=Watch())
+    got = []
+
+    def receive():
+        try:
+            r.receive(bytes, timeout=20)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            got.append(e)
+
+    t = threading.Thread(target=receive)
+    t.start()
+    while r.counters.parks == 0:  # parked (spin=0), checked the writer
+        t.join(0.001)
+    WriterSteps(ring)._writer_evict(0)  # the writer's WriterEvict, no wake-up: the reader's recheck finds it
+    t.join(20)
+    assert not t.is_alive() and len(got) == 1 and isinstance(got[0], EvictedError), got
+    assert "while it waited for a message" in str(got[0])
+    assert r.gone and checks and not any(checks)
+    with pytest.raises(EvictedError):
+        r.receive(bytes, timeout=0)
+    r.release()

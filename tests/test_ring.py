@@ -13,7 +13,7 @@ from ringcast import _protocol, shm
 from ringcast import steps as steps_mod
 from ringcast.endpoint import ReaderEndpoint, WriterEndpoint
 from ringcast.layout import LAYOUT_VERSION, MAX_READERS, Layout
-from ringcast.ring import RingReader, RingWriter
+from ringcast_lab._steps import ReaderSteps, WriterSteps
 from ringcast_lab.trace.model import PARK_ACTIONS
 
 from _procs import Children
@@ -42,7 +42,7 @@ def read(r: ReaderEndpoint, n: int) -> bytes:
 def test_fresh_segment_is_zeroed_and_writable(ring):
     for i in range(ring.max_chunks):
         assert ring.flags(i) == b"\x00" * 4
-    assert RingWriter(ring)._writer_claim()
+    assert WriterSteps(ring)._writer_claim()
     assert not ReaderEndpoint(ring, 0).ready()
 
 
@@ -56,13 +56,15 @@ def test_four_states_and_transitions(ring):
     assert not readers[0].ready()  # its own flag is set: it must not read chunk 0 again
     write(w, b"m1")  # chunk 1
     assert w.index == 0
-    assert not w.cursor._writer_claim()  # chunk 0 is only partly read
+    steps = WriterSteps(ring)  # the writer's single steps (the lab's), at the endpoint's chunk
+    steps.index = w.index
+    assert not steps._writer_claim()  # chunk 0 is only partly read
     assert read(readers[1], 2) == b"m0"
-    assert not w.cursor._writer_claim()
+    assert not steps._writer_claim()
     assert read(readers[2], 2) == b"m0"
     assert ring.flags(0) == b"\x01\x01\x01\x01"  # 11..1 all read
-    assert w.cursor._writer_claim()
-    w.cursor._writer_clear_written()
+    assert steps._writer_claim()
+    steps._writer_clear_written()
     assert ring.flags(0) == b"\x00\x01\x01\x01"  # 0?..? writable, being rewritten
     assert not readers[0].ready() or readers[0].index != 0
 
@@ -252,10 +254,10 @@ def test_reader_exit_does_not_unlink_the_segment(ring):
     again.close()
 
 
-# -- the C steps (ringcast._protocol): bad use is an exception, never a crash --------------------
+# -- the C steps (the core's, through ringcast_lab._steps): bad use is an exception, never a crash --------------------
 
 def test_a_payload_larger_than_the_chunk_is_refused_before_any_store(ring):
-    w = RingWriter(ring)
+    w = WriterSteps(ring)
     with pytest.raises(ValueError, match=r"2 parts are 65 bytes, more than the chunk's max_chunk_bytes=64"):
         w._writer_write_payload((b"a" * 60, b"b" * 5))
     with memoryview(ring.buf) as mv:
@@ -266,8 +268,8 @@ def test_a_payload_larger_than_the_chunk_is_refused_before_any_store(ring):
 
 def test_steps_on_a_closed_ring_raise_instead_of_touching_unmapped_memory():
     rb = ShmRingBuffer(1, 64, 2)
-    w = RingWriter(rb)
-    r = RingReader(rb, 0)
+    w = WriterSteps(rb)
+    r = ReaderSteps(rb, 0)
     r.release()
     rb.unlink()
     rb.close()
@@ -277,7 +279,7 @@ def test_steps_on_a_closed_ring_raise_instead_of_touching_unmapped_memory():
 
 
 def test_cursor_indices_and_readers_are_checked(ring):
-    w, r = RingWriter(ring), RingReader(ring, 2)
+    w, r = WriterSteps(ring), ReaderSteps(ring, 2)
     w.index = 1
     assert w.index == 1
     for bad in (-1, 2):
@@ -285,14 +287,19 @@ def test_cursor_indices_and_readers_are_checked(ring):
             w.index = bad
     with pytest.raises(IndexError, match="reader 3 out of range for n_reader=3"):
         w._writer_clear_read_flag(3)
+    for bad in (3, -1):
+        with pytest.raises(IndexError, match="out of range for n_reader=3"):
+            ReaderSteps(ring, bad)
     with pytest.raises(HandleError):
-        RingReader(ring, 3)
+        ReaderEndpoint(ring, 3)
     r.release()
 
 
 @pytest.mark.parametrize("hooked", [False, True])
 def test_an_uninitialised_cursor_or_eventcount_raises(hooked):
-    from ringcast._protocol import EventCount, _ReaderSteps, _WriterSteps
+    from ringcast_lab._steps import EventCount
+
+    _WriterSteps, _ReaderSteps = WriterSteps, ReaderSteps
 
     calls = []
     steps_mod.set_step_hook(calls.append if hooked else None)
@@ -315,7 +322,7 @@ def test_the_hook_is_one_value_and_must_be_callable():
         assert steps_mod.get_step_hook() is steps_mod.hook
         rb = ShmRingBuffer(1, 64, 2)
         try:
-            RingWriter(rb)._writer_claim()
+            WriterSteps(rb)._writer_claim()
         finally:
             rb.unlink()
             rb.close()

@@ -1,9 +1,10 @@
 """The protocol endpoints: the writer's and a reader's whole sequence for one message, in one place.
 
-:mod:`ringcast.ring` has the segment and the cursors over the core's steps (one C function per
-TLA+ action); :mod:`ringcast.waiting` the wait policy, counters and cancel request of the core's
-spin-then-park wait. These endpoints run the steps in the order spec/Ring.tla proves (through the
-core: no module of the package calls the cursors' step methods, tests/test_structure.py): what
+:mod:`ringcast.ring` has the segment (and :meth:`~ringcast.ring.ShmRingBuffer.offsets`, where a
+side finds its words); :mod:`ringcast.waiting` the wait policy, counters and cancel request of the
+core's spin-then-park wait. Each endpoint is the one object of its side: it owns the core's state
+of that side (``rc_writer`` / ``rc_reader``) and runs the steps in the order spec/Ring.tla proves
+(through the core: nothing in the package takes a single step; tests/test_structure.py): what
 :class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
 the trace recorder (:mod:`ringcast_lab.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).
@@ -11,12 +12,13 @@ the trace recorder (:mod:`ringcast_lab.trace.serial`) run too, stepped through t
 The per-message sequence itself is the protocol core's, in plain C (src/ringcast/core/rc_core.c:
 each side's whole state machine, its waits and its failure paths, and what it owes between
 messages), behind the thin binding ``ringcast._protocol`` whose ``_WriterEndpoint`` /
-``_ReaderEndpoint`` these classes subclass (``publish``, ``claim``, ``_finish``; ``ready``,
+``_ReaderEndpoint`` these classes subclass (``publish``, ``claim``; ``ready``,
 ``wait_ready``, ``receive``; the zero-copy halves ``_acquire_write`` / ``_commit_write`` /
 ``_abort_write`` and ``_acquire_read`` / ``_release_read``). There is no Python copy of it:
 ``write_chunk`` / ``read_chunk`` below are context managers around the core's halves. What
-stays here: construction (``_bind`` fills the core's interface once: the observer's methods,
-the ring's liveness, the counters, the cancel request, the wait policy) and diagnostics.
+stays here: construction (``_bind`` builds the side over the ring and fills the core's interface
+once: the observer's methods, the ring's liveness, the counters, the cancel request, the wait
+policy, the clock :func:`ringcast.steps.set_clock` installed) and diagnostics.
 
 Writer, one message (:meth:`WriterEndpoint.publish`)::
 
@@ -38,13 +40,13 @@ loaded the old ``written = 1`` may now take the chunk as its next message, so dr
 let the next publish write into a chunk a reader copies; model ``abort_code_n1``), it is
 finished instead: the
 exception handler clears the flags, publishes and wakes readers before re-raising, and if the
-handler is interrupted too, the next publish finishes it first (``owed``, ``wake_owed``).
+handler is interrupted too, the next publish finishes it first (``owed``).
 Dropping a message whose payload is already queued would leave that payload for the next
 marker to pair with (``abort_drop_after_send``); freeing the slots of a published message
 would let the next placement overwrite a live view (spec/Arena.tla ``arena_unplace_published``).
 Whether the message was published, and whether it is owed, is the core's own state
 (``owed_chunk``, set before the first read flag is cleared and when the overflow send returns,
-with no Python code in between; ``wake_owed``). A signal handler runs only between Python
+with no Python code in between; ``wake_owed``, the notify an error cut short). A signal handler runs only between Python
 bytecodes, and the sequence is C: in production (no step hook) it can raise only where the core
 calls the interface into Python (the wait's signal checks and the observer's checks and log while
 parked, the overflow send, ``copy_out``, ``unpublished``), and a signal
@@ -56,7 +58,8 @@ Reader ``r``, one message (:meth:`ReaderEndpoint.receive`)::
     ReaderLoadWritten, ReaderLoadReadFlag       (spin, then park on write_seq); F4
     ReaderCopy                                  the caller's copy_out(view)
     F8; ReaderCheckEvicted (no step point)      evicted meanwhile: drop the copy, EvictedError,
-                                                no ack: the reader is gone
+                                                no ack: the reader is gone (``gone``; a reader
+                                                parked is found evicted by the core as well)
     ReaderAck                                   F5; read_r := 1; i := i + 1 (also if copy_out raised)
     NotifyLoadWaiters [NotifyWake]              wake a parked writer (read_seq)
     [ReaderRecvOverflow]                        marker chunks only: the payload, after the ack
@@ -73,7 +76,9 @@ objects): the overflow channel's I/O, the errors a wait raises, the checks and t
 is parked. The endpoint decides; the observer reports. A parked writer reads the liveness of
 the readers it waits for (dead / unknown / alive, :meth:`ShmRingBuffer.reader_liveness`) and
 evicts the dead ones itself (the core's ``writer_idle``, with ``evict_dead_readers``) or raises; a
-reader whose liveness is unknown is never evicted nor reported dead.
+reader whose liveness is unknown is never evicted nor reported dead. A parked reader finds its own
+eviction in the core too (``reader_idle``: it is then ``gone`` and raises EvictedError); the
+observer's ``check_writer`` only says whether the writer is alive.
 
 Payloads are *parts*: a sequence of bytes-like objects written back to back into the chunk (a
 marker, a header, a pickle, out-of-band buffers: whatever the framing layer produces). The
@@ -86,7 +91,8 @@ from contextlib import contextmanager
 
 from . import _protocol
 from .errors import DeadReaderError, EvictedError, RingTimeoutError
-from .ring import RingReader, RingWriter, ShmRingBuffer
+from .errors import HandleError
+from .ring import ShmRingBuffer
 from .waiting import Cancel, Counters, WaitPolicy
 
 __all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
@@ -130,8 +136,8 @@ class Observer:
 
     def check_writer(self, ep: "ReaderEndpoint", waited: float) -> None:
         """A parked reader's look at its writer, before each park (at most ``recheck_interval`` apart;
-        about every millisecond without the futex): raise if the
-        writer is dead or has evicted this reader. The default looks at nothing."""
+        about every millisecond without the futex), after the core found it not evicted: raise if
+        the writer is dead. The default looks at nothing."""
 
     def dead_readers_error(self, ep: "WriterEndpoint", dead: list, waited: float) -> BaseException:
         """What a parked writer raises for ``dead`` (``[(reader, pid)]``, found dead while it
@@ -157,38 +163,36 @@ class _Endpoint:
 
     what = "waiting"
 
-    def _setup(self, ring: ShmRingBuffer, cursor, policy: WaitPolicy | None, counters: Counters | None,
+    def _setup(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None, counters: Counters | None,
                cancel: Cancel | None, observer: Observer | None, evict_dead_readers: bool = False) -> None:
         self.ring = ring
-        self.cursor = cursor
         #: the queue's cancel request: ``set()`` (any thread) makes every wait raise Cancelled
         self.cancel = Cancel() if cancel is None else cancel
         self.policy = WaitPolicy() if policy is None else policy
         self.observer = NO_OBSERVER if observer is None else observer
-        self._bind(ring, self.observer, Counters() if counters is None else counters, self.cancel, self.policy,
-                   evict_dead_readers)
+        self._bind(ring.offsets(), r, ring.reader_liveness, self.observer, Counters() if counters is None else counters,
+                   self.cancel, self.policy, evict_dead_readers)
 
     @property
-    def index(self) -> int:
-        """The chunk this side is at (the next it writes / reads)."""
-        return self.cursor.index
+    def cursor(self):
+        """This endpoint itself (it owns its side's state; ``cursor.live_readers`` is
+        ``live_readers``): kept for ringcast.arena.writer_arena, which reads it."""
+        return self
 
 
 class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads
     (MessageQueue: on its ipc socket) and says what a long wait means; ``evict_dead_readers``:
     a reader found dead while the writer waits for it is evicted (else the observer's
-    ``dead_readers_error`` is raised); ``cursor`` replaces the :class:`RingWriter`."""
+    ``dead_readers_error`` is raised)."""
 
     side = "writer"
 
     def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancel: Cancel | None = None, observer: Observer | None = None, evict_dead_readers: bool = False,
-                 cursor: RingWriter | None = None) -> None:
+                 cancel: Cancel | None = None, observer: Observer | None = None, evict_dead_readers: bool = False) -> None:
         self.evict_dead_readers = bool(evict_dead_readers)
         self.what = "writer waiting for a free chunk"
-        self._setup(ring, RingWriter(ring) if cursor is None else cursor, policy, counters, cancel, observer,
-                    self.evict_dead_readers)
+        self._setup(ring, -1, policy, counters, cancel, observer, self.evict_dead_readers)
 
     # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
     #
@@ -198,15 +202,18 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     #     channel, publish, wake parked readers. If an exception ends it before anything of the
     #     message left the process, the message is dropped and ``unpublished()`` runs (if given)
     #     before the exception propagates; after that it is finished first (the module
-    #     docstring). A message an earlier exception left owed (``owed``, ``wake_owed``) is
+    #     docstring). A message an earlier exception left owed (``owed``) is
     #     finished before this one. ``split_payload`` writes ``parts[0]`` alone first (the chunk
     #     is torn: new header, old body), then every part: the spec's ``TwoStepPayload``, which
     #     the stateful harness and the trace recorder use to exercise torn chunks.
     # claim(timeout=None)
     #     WriterClaim until the chunk at the cursor is free: one look, then spin and park (at
     #     most ``timeout`` seconds, then the observer's ``timeout_error``).
-    # _finish()
-    #     Publish what an error left owed, then wake readers.
+    # unread_readers() -> list[int]
+    #     The live readers that have not read the chunk at the cursor (what a claim waits for;
+    #     the core's one scan, which the parked writer's dead-reader checks use too).
+    # live_readers
+    #     The readers whose read flags each message clears (every reader not evicted).
 
     @contextmanager
     def write_chunk(self, timeout: float | None = None):
@@ -224,11 +231,6 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
             raise
         self._commit_write()
 
-    # -- diagnostics -------------------------------------------------------------------------------
-    def unread_readers(self) -> list[int]:
-        """The live readers that have not read the chunk at the cursor (what a claim waits for)."""
-        return self.cursor.unread_readers()
-
 
 class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     """Reader ``r``'s side of a ring. ``observer`` (:class:`Observer`) receives overflow payloads
@@ -236,10 +238,12 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     checks the writer while the reader is parked."""
 
     def __init__(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancel: Cancel | None = None, observer: Observer | None = None, cursor: RingReader | None = None) -> None:
+                 cancel: Cancel | None = None, observer: Observer | None = None) -> None:
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ring.n_reader:
+            raise HandleError(f"reader index {r!r} out of range for n_reader={ring.n_reader}")
         self.side = self.r = r
         self.what = f"reader {r} waiting for a message"
-        self._setup(ring, RingReader(ring, r) if cursor is None else cursor, policy, counters, cancel, observer)
+        self._setup(ring, r, policy, counters, cancel, observer)
 
     # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
     #
@@ -253,19 +257,23 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     #     ReaderCopy and returns what to keep (it must copy: the chunk is reused after the ack;
     #     the view is released when it returns), or :data:`OVERFLOW` for a marker chunk; then
     #     F8, ReaderCheckEvicted (evicted: EvictedError, the reader is ``gone`` and does not
-    #     ack), ReaderAck and the writer's wake-up, the last two also when copy_out raised.
+    #     ack; also found while parked), ReaderAck and the writer's wake-up, the last two also
+    #     when copy_out raised.
     #     Returns ``(kept, None)``, or ``(None, frames)`` for a message that came over the
     #     overflow channel (ReaderRecvOverflow: also first, for a payload an earlier receive
     #     acked the marker of, ``owed``). ``deadline`` (``time.monotonic()`` seconds) bounds the
     #     overflow receive, ``timeout`` the wait for the chunk.
+    # release()
+    #     Drop this reader's view of the mapping (before the ring is closed).
 
-    def _evicted_error(self, lost: str = "the copy is dropped") -> EvictedError:
+    def _evicted_error(self, lost: str | None = "the copy is dropped") -> EvictedError:
         """What receive (and read_chunk, at the block's exit) raises when the writer evicted this
-        reader while it read a chunk."""
+        reader while it read a chunk (``lost``: what is dropped), or (None) while it waited."""
+        when = "while it waited for a message;" if lost is None else (
+            f"while it read a chunk, which the writer may have refilled; {lost} and")
         return EvictedError(
             f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
-            "writer cannot see into, or a stale pid) while it read a chunk, which the writer may have "
-            f"refilled; {lost} and this reader receives nothing more: rejoin a new queue"
+            f"writer cannot see into, or a stale pid) {when} this reader receives nothing more: rejoin a new queue"
         )
 
     @contextmanager
@@ -282,10 +290,6 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
             with view:
                 yield view
         except BaseException:
-            self._release_read(True)
+            self._release_read()
             raise
-        self._release_read(False)
-
-    def release(self) -> None:
-        """Drop the cursor's view of the mapping (before the ring is closed)."""
-        self.cursor.release()
+        self._release_read()

@@ -1,16 +1,14 @@
 """The shared-memory ring: one writer, ``n_reader`` readers, four states per chunk.
 
 Layout and states: :mod:`ringcast.layout`. The protocol's atomic steps are C functions of
-the protocol core (src/ringcast/core/rc_steps.c, through ``ringcast._protocol``), one per action
-of ``spec/Ring.tla``: the
-cursors below are :class:`RingWriter` and :class:`RingReader`, whose methods named
-``_writer_*`` / ``_reader_*`` are those actions in CamelCase (the stateful tests, tests/stateful/,
-use the same names). Before each shared-memory access a step calls the step hook
+the protocol core (src/ringcast/core/rc_steps.c), one per action of ``spec/Ring.tla`` (tagged
+``Spec: WriterClaim`` ...). Before each shared-memory access a step calls the step hook
 (:mod:`ringcast.steps`), which is ``None`` in production: the C function's tracepoint. The order
 of the steps for one message (and the waiting between them) is not here: it is the core's
-(src/ringcast/core/rc_core.c), which :mod:`ringcast.endpoint`'s classes run; these methods are
-single steps, for tests and tools. This module builds the segment and
-the cursors and keeps the diagnostics (flags, liveness) in Python.
+(src/ringcast/core/rc_core.c), which :mod:`ringcast.endpoint`'s classes run, each side one object
+built over :meth:`ShmRingBuffer.offsets`; the single steps alone, for tests and tools, are the
+lab's test extension's (``ringcast_lab._steps``). This module builds the segment and keeps the
+diagnostics (flags, liveness) in Python.
 
 Fences (a sequentially consistent fence, ``rc_fence`` of rc_fences.h). Which are needed is
 what TLC shows (spec/models.json; the table with every model is in docs/spec.md, "Fence table").
@@ -44,13 +42,12 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from . import _protocol
 from .atomics import address_of
 from .errors import ClosedError, HandleError
 from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
 from .shm import Segment, process_alive, process_start_time
 
-__all__ = ["ShmRingBuffer", "RingWriter", "RingReader"]
+__all__ = ["ShmRingBuffer"]
 
 class ShmRingBuffer:
     """The segment: ``ShmRingBuffer(n_reader, max_chunk_bytes, max_chunks)`` creates it (zeroed
@@ -159,8 +156,9 @@ class ShmRingBuffer:
         return Layout.read_process(self.buf, Layout.reader_entry(r))
 
     def reader_evicted(self, r: int) -> bool:
-        off = Layout.reader_state_offset(r)
-        return int.from_bytes(self.buf[off : off + 4], "little") == READER_EVICTED
+        """Has the writer evicted reader ``r`` (a diagnostic: the core decides, by the same test
+        of the state word's low byte, rc_steps.c's ``evicted_at``)?"""
+        return self.buf[Layout.reader_state_offset(r)] == READER_EVICTED
 
     def reader_liveness(self, readers) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """``(dead, unknown)``: the ``[(reader, pid)]`` among ``readers`` that registered and are
@@ -213,47 +211,14 @@ class ShmRingBuffer:
         """(seq, waiters) addresses the writer parks on."""
         return self.base + READ_SEQ, self.base + WRITER_WAITERS
 
-
-def _offsets(ring: ShmRingBuffer) -> tuple:
-    """The steps' constructor arguments: the mapping, chunk i's flag and data offsets, each
-    reader's state word, the chunk size, the two eventcounts' words (write_seq, readers' waiters,
-    read_seq, the writer's waiters)."""
-    lay = ring.layout
-    metas = [lay.meta(i) for i in range(ring.max_chunks)]
-    datas = [lay.data(i) for i in range(ring.max_chunks)]
-    states = [Layout.reader_state_offset(r) for r in range(ring.n_reader)]
-    return ring.buf, metas, datas, states, ring.max_chunk_bytes, (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS)
-
-
-class RingWriter(_protocol._WriterSteps):
-    """The writer's cursor. Invariant: ``index`` is the chunk it writes next; it moves only in
-    ``_writer_publish`` and only by one (the planted-bug variants of tests/stateful set it).
-    The steps (``_writer_claim``, ``_writer_clear_written``, ``_writer_write_payload``,
-    ``_writer_clear_read_flag``, ``_writer_publish``, ``_writer_evict``) are C functions of
-    ``ringcast._protocol``; ``live_readers`` is the list of readers whose flags the writer clears
-    for each message (every reader not evicted)."""
-
-    def __init__(self, ring: ShmRingBuffer) -> None:
-        super().__init__(*_offsets(ring))
-        self.ring = ring
-
-    def unread_readers(self) -> list[int]:
-        flags = self.ring.flags(self.index)
-        if flags[0] == 0:
-            return []
-        return [r for r in self.live_readers if flags[1 + r] == 0]
-
-
-class RingReader(_protocol._ReaderSteps):
-    """Reader ``r``'s cursor. Invariant: ``index`` is the chunk it reads next; it moves only in
-    ``_reader_ack`` and only by one (the planted-bug variants set it). The steps
-    (``_reader_load_written``, ``_reader_load_read_flag``, ``_reader_copy``,
-    ``_reader_check_evicted``, ``_reader_ack``) are C functions of ``ringcast._protocol``;
-    ``release()`` drops the view of the mapping ``_reader_copy`` slices (before the ring is
-    closed)."""
-
-    def __init__(self, ring: ShmRingBuffer, r: int) -> None:
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ring.n_reader:
-            raise HandleError(f"reader index {r!r} out of range for n_reader={ring.n_reader}")
-        super().__init__(*_offsets(ring), r)
-        self.ring = ring
+    def offsets(self) -> tuple:
+        """Where a side of the protocol core finds everything in this mapping (an endpoint's
+        ``_bind``; the lab's single steps): the mapping, chunk i's flag and data offsets, each
+        reader's state word, the chunk size, the two eventcounts' words (write_seq, readers'
+        waiters, read_seq, the writer's waiters)."""
+        self._check_open()
+        lay = self.layout
+        metas = [lay.meta(i) for i in range(self.max_chunks)]
+        datas = [lay.data(i) for i in range(self.max_chunks)]
+        states = [Layout.reader_state_offset(r) for r in range(self.n_reader)]
+        return self.buf, metas, datas, states, self.max_chunk_bytes, (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS)

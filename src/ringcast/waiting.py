@@ -32,21 +32,22 @@ variant without ParkRecheck. Each step is one C function of the protocol core
 (src/ringcast/core/rc_wait.c, tagged ``Spec: ParkSnapshot`` ...; ParkRecheck is a tracepoint
 followed by the look's own ring steps); each calls the step hook (:mod:`ringcast.steps`; None in
 production) before its shared-memory access, so tests/stateful can drive a parked side step by
-step. The whole wait (the spin phase, the park loop, the dead-peer checks while parked, the
-timeout and the cancel) is the core's ``side_wait``, in C, entered by an endpoint when its first
-look fails: no Python runs in it but the interface's upcalls (the clock, which the stateful
-harness replaces with :func:`ringcast.steps.set_clock`; the observer's checks and log while parked).
-:class:`EventCount` (``EventCount(seq_addr, waiters_addr, counters)``) exposes the same steps on
-words at fixed addresses, for tests and tools: ``notify(side, index)`` is NotifyLoadWaiters, then
-NotifyWake only if somebody is parked. :class:`Cancel` is a queue object's cancel request:
+step. The whole wait (the spin phase, the park loop, the timeout and the cancel) is the core's
+``side_wait``, in C, entered by an endpoint when its first look fails; it takes the side's look
+and its checks while parked (the writer's dead-reader checks and evictions, a reader's eviction
+and writer check: the core's ``writer_idle`` / ``reader_idle``) and holds no policy of its own.
+No Python runs in it but the interface's upcalls (a harness's clock, which an endpoint copies
+when it is built, :func:`ringcast.steps.set_clock`; the observer's checks and log while parked).
+The lab's test extension (``ringcast_lab._steps.EventCount``) exposes the same steps on words at
+fixed addresses, for tests and tools. :class:`Cancel` is a queue object's cancel request:
 ``set()`` (any thread) makes every wait of the endpoints built with it raise Cancelled and wakes
 those asleep (each endpoint's ``wake_all()``, which pins the mapping: a closed ring is skipped).
 
 Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
 out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
 timeout by microseconds) and ``recheck_hits`` counts it. It should stay 0; the stress suite
-reports it, and a test (tests/test_waiting.py, with a test-side EventCount that drops a
-notification) shows the cap recovers it.
+reports it, and a test (tests/test_waiting.py, with a writer that publishes by single steps and
+never notifies) shows the cap recovers it.
 
 Why a futex and not the alternatives (numbers in docs/waiting.md, measured by
 ``python tools/bench_wake.py``): a named POSIX semaphore needs one post per sleeper and leaks its
@@ -64,9 +65,8 @@ from dataclasses import dataclass
 from . import _protocol
 from . import steps as _steps  # noqa: F401 - checks that the C extensions are built
 
-__all__ = ["WaitPolicy", "EventCount", "Counters", "Cancel", "DEFAULT_SPIN", "SPIN_MAX_FACTOR"]
+__all__ = ["WaitPolicy", "Counters", "Cancel", "DEFAULT_SPIN", "SPIN_MAX_FACTOR"]
 
-EventCount = _protocol.EventCount
 #: Mutable counters of one queue side (waits, spins, parks, wakeups, recheck_hits, timeouts,
 #: evictions): the core bumps them in place, ``MessageQueue.statistics()`` snapshots them.
 Counters = _protocol.Counters
@@ -93,13 +93,6 @@ def _check_seconds(name: str, value: object, *, allow_zero: bool = True) -> floa
         low = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number of seconds {low}, got {value!r}")
     return v
-
-
-def check_timeout(timeout: object) -> float | None:
-    """Validate a per-call timeout: None (wait forever) or a finite number of seconds >= 0."""
-    if timeout is None:
-        return None
-    return _check_seconds("timeout", timeout)
 
 
 @dataclass(frozen=True)

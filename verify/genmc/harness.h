@@ -220,18 +220,13 @@ static void h_yield(void *ctx) { (void)ctx; }
 static int h_sleep(void *ctx, double s) { (void)ctx, (void)s; return RC_OK; }
 
 /* Liveness. The writer's probe of reader r: h_dead[r]. A reader's probe of the writer (who ==
- * RC_WRITER) also tells it that it was evicted, as the binding's does. */
+ * RC_WRITER): alive (the core itself finds a parked reader's eviction, as in production). */
 static int
 h_probe(void *ctx, int who, double waited)
 {
-    (void)waited;
-    h_ctx *c = (h_ctx *)ctx;
+    (void)ctx, (void)waited; /* the writer never dies here; a reader's eviction is the core's to find */
     if (who != RC_WRITER)
         return __atomic_load_n(&h_dead[who], __ATOMIC_SEQ_CST) ? RC_DEAD : RC_ALIVE;
-    if (rc_load_u8(h_mapping + H_STATE(c->side)) == RC_READER_EVICTED) {
-        c->failed = RC_ERR_EVICTED;
-        return RC_ERR_RAISED;
-    }
     return RC_ALIVE;
 }
 static int h_report(void *ctx, int event, double waited) { (void)ctx, (void)event, (void)waited; return RC_OK; }
@@ -360,7 +355,7 @@ h_reader(void *arg)
 #endif
         if (!h_rd[r].owed_payload)
             h_await_reader(r);
-        int marker = 0, rc = rc_reader_receive(&h_rd[r], RC_NO_TIMEOUT, RC_NO_TIMEOUT, &marker);
+        int marker = 0, rc = rc_reader_receive(&h_rd[r], RC_NO_TIMEOUT, &marker);
         if (rc == RC_ERR_EVICTED || (rc == RC_ERR_RAISED && c->failed == RC_ERR_EVICTED)) {
             assert(__atomic_load_n(&h_dead[r], __ATOMIC_SEQ_CST)); /* only a reader reported dead */
             return NULL;

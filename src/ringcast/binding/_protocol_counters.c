@@ -13,7 +13,6 @@ typedef struct {
     rc_counters c;
 } CountersObject;
 
-static PyTypeObject *CountersType, *CancelType;
 
 static PyMemberDef counters_members[] = {
     {"waits", T_ULONGLONG, offsetof(CountersObject, c.waits), 0, "waits that did not find the ring ready at once"},
@@ -50,7 +49,7 @@ typedef struct {
     PyObject *endpoints; /* list of weak references to the endpoints to wake */
 } CancelObject;
 
-static PyObject *ep_wake_all(PyObject *ep, PyObject *unused);
+static PyObject *ep_wake_all(PyObject *ep, PyObject *unused); /* _protocol_endpoint.c */
 
 /* set(): request the cancel, then wake every registered endpoint's sleepers */
 static PyObject *

@@ -1,38 +1,33 @@
 /* _protocol_endpoint.c: the endpoint types (ringcast.endpoint's WriterEndpoint and ReaderEndpoint
  * subclass them), part of the ringcast._protocol binding (included by _protocol.c).
  *
- * Each entry point converts its arguments, keeps the call's Python objects where the interface's
+ * An endpoint is the one object of its side: a Side (_protocol_side.c: the mapping, the core's
+ * rc_writer / rc_reader, its interface) and what the interface's upcalls answer with. Each entry
+ * point (_protocol_sides.c) converts its arguments, keeps the call's Python objects where the
  * upcalls find them, and calls one entry point of the core (rc_writer_publish, rc_reader_receive,
  * ...), which runs the whole sequence, its waits and its failure paths. The upcalls answer what
  * the core asks (ep_*: the observer's overflow I/O, liveness and logs, copy_out, the errors),
- * each with the observer's methods resolved once, at _bind. No upcall decides anything: the
- * core decides, the binding reports. */
+ * each with what it calls resolved once, at _bind. No upcall decides anything: the core decides,
+ * the binding reports. */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *cursor;   /* a _WriterSteps / _ReaderSteps (ringcast.ring.RingWriter / RingReader) */
+    Side c;             /* first: the core's ctx is the endpoint, and a Side */
     PyObject *counters; /* a Counters: the core's rc_counters */
     PyObject *cancel;   /* a Cancel: the core's rc_cancel */
-    rc_policy policy;
-    /* resolved at _bind: the observer's methods, the ring's liveness, the endpoint's error */
+    long *pids;         /* the writer's: each probed reader's pid */
+    /* resolved at _bind: the observer's methods, the ring's liveness, the endpoint's errors */
     PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait;
-    PyObject *m_liveness, *m_evicted_error;
+    PyObject *m_liveness, *m_evicted_error, *what, *cancelled, *overflow_marker, *mv_release;
     /* one call's objects, for the upcalls */
     PyObject *frames_out, *unpublished, *copy_out, *kept, *frames_in, *deadline, *timeout;
     int zero_copy;
 } Endpoint;
 
-static PyTypeObject *WriterEndpointType, *ReaderEndpointType;
-static PyObject *overflow_marker; /* ringcast.endpoint.OVERFLOW: what copy_out returns for a marker chunk */
-
-#define EP_OF(ctx) ((Endpoint *)((Cursor *)(ctx))->ep)
-
-static int
-no_endpoint(void)
-{
-    PyErr_SetString(PyExc_RuntimeError, "this ring cursor has no endpoint: build an endpoint from the ring");
-    return RC_ERR_RAISED;
-}
+#define EP_REFS(ep)                                                                                                      \
+    &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error, &ep->m_check_writer, &ep->m_dead_error, \
+        &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness, &ep->m_evicted_error, &ep->what, &ep->cancelled,             \
+        &ep->overflow_marker, &ep->mv_release, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,             \
+        &ep->frames_in, &ep->deadline, &ep->timeout
 
 /* a call of an upcall's Python method: the core's code for its result */
 static int
@@ -44,13 +39,13 @@ called(PyObject *r)
 
 /* [(r, pid)] of the readers whose liveness (the writer's last idle check) is `which` */
 static PyObject *
-readers_with(Cursor *c, int which)
+readers_with(Endpoint *ep, int which)
 {
     PyObject *out = PyList_New(0);
-    for (uint32_t r = 0; out != NULL && r < c->layout.n_reader; r++) {
-        if (c->liveness[r] != which)
+    for (uint32_t r = 0; out != NULL && r < ep->c.layout.n_reader; r++) {
+        if (ep->c.liveness[r] != which)
             continue;
-        PyObject *t = Py_BuildValue("(Il)", r, c->pids[r]);
+        PyObject *t = Py_BuildValue("(Il)", r, ep->pids[r]);
         if (t == NULL || PyList_Append(out, t) < 0)
             Py_CLEAR(out);
         Py_XDECREF(t);
@@ -63,14 +58,11 @@ readers_with(Cursor *c, int which)
 static int
 ep_probe(void *ctx, int who, double waited)
 {
-    Cursor *c = ctx;
-    Endpoint *ep = EP_OF(ctx);
-    if (ep == NULL)
-        return no_endpoint();
+    Endpoint *ep = ctx;
     saved_exc e;
     put_aside(&e);
     int v = RC_ALIVE;
-    if (who == RC_WRITER) /* the observer raises for a dead writer, or an eviction */
+    if (who == RC_WRITER) /* the observer raises for a dead writer */
         v = called(PyObject_CallFunction(ep->m_check_writer, "Od", (PyObject *)ep, waited));
     else {
         PyObject *res = PyObject_CallFunction(ep->m_liveness, "[i]", who), *dead, *unknown;
@@ -80,7 +72,7 @@ ep_probe(void *ctx, int who, double waited)
             PyObject *hit = PyList_GET_SIZE(dead) ? PyList_GET_ITEM(dead, 0) : PyList_GET_SIZE(unknown) ? PyList_GET_ITEM(unknown, 0) : NULL;
             v = PyList_GET_SIZE(dead) ? RC_DEAD : PyList_GET_SIZE(unknown) ? RC_UNKNOWN : RC_ALIVE;
             if (hit != NULL && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2)
-                c->pids[who] = PyLong_AsLong(PyTuple_GET_ITEM(hit, 1));
+                ep->pids[who] = PyLong_AsLong(PyTuple_GET_ITEM(hit, 1));
             if (PyErr_Occurred())
                 v = RC_ERR_RAISED;
         }
@@ -92,9 +84,7 @@ ep_probe(void *ctx, int who, double waited)
 static int
 ep_send_overflow(void *ctx)
 {
-    Endpoint *ep = EP_OF(ctx);
-    if (ep == NULL)
-        return no_endpoint();
+    Endpoint *ep = ctx;
     saved_exc e;
     put_aside(&e);
     return take_back(&e, called(PyObject_CallOneArg(ep->m_send, ep->frames_out)) == RC_OK);
@@ -105,9 +95,7 @@ ep_send_overflow(void *ctx)
 static int
 ep_recv_overflow(void *ctx)
 {
-    Endpoint *ep = EP_OF(ctx);
-    if (ep == NULL)
-        return no_endpoint();
+    Endpoint *ep = ctx;
     saved_exc e;
     put_aside(&e);
     PyObject *args[2] = {ep->deadline ? ep->deadline : Py_None, ep->timeout ? ep->timeout : Py_None};
@@ -120,18 +108,16 @@ ep_recv_overflow(void *ctx)
 static int
 ep_copy_out(void *ctx, const uint8_t *data, size_t len)
 {
-    Endpoint *ep = EP_OF(ctx);
-    if (ep == NULL)
-        return no_endpoint();
+    Endpoint *ep = ctx;
     saved_exc e;
     put_aside(&e);
-    PyObject *view = chunk_view((Cursor *)ctx), *kept = NULL;
+    PyObject *view = chunk_view(&ep->c), *kept = NULL;
     if (view != NULL) {
         kept = PyObject_CallOneArg(ep->copy_out, view);
         if (Py_REFCNT(view) > 1) { /* somebody kept it: release it, as `with view:` does */
             saved_exc e2;
             put_aside(&e2);
-            PyObject *r = PyObject_CallMethod(view, "release", NULL);
+            PyObject *r = PyObject_CallOneArg(ep->mv_release, view);
             if (r == NULL)
                 Py_CLEAR(kept);
             Py_XDECREF(r);
@@ -139,7 +125,7 @@ ep_copy_out(void *ctx, const uint8_t *data, size_t len)
         }
         Py_DECREF(view);
     }
-    int kind = kept == overflow_marker ? RC_MARKER : RC_COPIED;
+    int kind = kept == ep->overflow_marker ? RC_MARKER : RC_COPIED;
     if (kind == RC_MARKER)
         Py_CLEAR(kept);
     Py_XSETREF(ep->kept, kept);
@@ -149,10 +135,7 @@ ep_copy_out(void *ctx, const uint8_t *data, size_t len)
 static int
 ep_report(void *ctx, int event, double value)
 {
-    Cursor *c = ctx;
-    Endpoint *ep = EP_OF(ctx);
-    if (ep == NULL)
-        return no_endpoint();
+    Endpoint *ep = ctx;
     if (event == RC_REPORT_DROPPED && (ep->unpublished == NULL || ep->unpublished == Py_None))
         return RC_OK;
     saved_exc e;
@@ -160,10 +143,10 @@ ep_report(void *ctx, int event, double value)
     PyObject *r = NULL, *lst = NULL;
     if (event == RC_REPORT_DROPPED)
         r = PyObject_CallNoArgs(ep->unpublished);
-    else if (event == RC_REPORT_EVICTED && (lst = readers_with(c, RC_DEAD)) != NULL)
+    else if (event == RC_REPORT_EVICTED && (lst = readers_with(ep, RC_DEAD)) != NULL)
         r = PyObject_CallFunction(ep->m_evicted, "OO", (PyObject *)ep, lst);
     else if (event == RC_REPORT_LONG_WAIT
-             && (lst = c->st.s.side == RC_WRITER ? readers_with(c, RC_UNKNOWN) : PyList_New(0)) != NULL)
+             && (lst = ep->c.st.s.side == RC_WRITER ? readers_with(ep, RC_UNKNOWN) : PyList_New(0)) != NULL)
         r = PyObject_CallFunction(ep->m_long_wait, "OdO", (PyObject *)ep, value, lst);
     Py_XDECREF(lst);
     return take_back(&e, called(r) == RC_OK);
@@ -171,44 +154,43 @@ ep_report(void *ctx, int event, double value)
 
 /* The core's errors as the project's exceptions (chained to one being handled) */
 static void
-ep_fail(PyObject *self, rc_status code, double value)
+ep_fail(void *ctx, rc_status code, double value)
 {
-    Endpoint *ep = (Endpoint *)self;
-    Cursor *c = (Cursor *)ep->cursor;
+    Endpoint *ep = ctx;
+    PyObject *self = ctx;
+    if (code == RC_ERR_CLOSED && PyErr_Occurred())
+        return; /* the pin's error says it */
     saved_exc e;
     put_aside(&e);
-    PyObject *exc = NULL, *lst = NULL;
+    PyObject *exc = NULL, *lst = NULL, *msg = NULL;
     switch (code) {
     case RC_ERR_TIMEOUT:
         exc = PyObject_CallFunction(ep->m_timeout_error, "Od", self, value);
         break;
-    case RC_ERR_CANCELLED: {
-        PyObject *what = PyObject_GetAttrString(self, "what");
-        exc = what == NULL ? NULL : project_error("Cancelled", PyUnicode_FromFormat("%S: shutdown() was called while waiting", what));
-        Py_XDECREF(what);
+    case RC_ERR_CANCELLED:
+        if ((msg = PyUnicode_FromFormat("%S: shutdown() was called while waiting", ep->what)) != NULL)
+            exc = PyObject_CallOneArg(ep->cancelled, msg);
         break;
-    }
     case RC_ERR_DEAD_READERS:
-        if ((lst = readers_with(c, RC_DEAD)) != NULL)
+        if ((lst = readers_with(ep, RC_DEAD)) != NULL)
             exc = PyObject_CallFunction(ep->m_dead_error, "OOd", self, lst, value);
         break;
-    case RC_ERR_EVICTED:
-        exc = PyObject_CallFunction(ep->m_evicted_error, "Os", self,
-                                    ep->zero_copy ? "what the block made of its bytes must be discarded" : "the copy is dropped");
+    case RC_ERR_EVICTED: /* value 1: a copy was dropped; 0: found evicted while it waited */
+        exc = PyObject_CallFunction(ep->m_evicted_error, "Os", self, value == 0.0 ? NULL
+                                    : ep->zero_copy ? "what the block made of its bytes must be discarded" : "the copy is dropped");
         break;
     case RC_ERR_TOO_BIG:
-        PyErr_Format(PyExc_ValueError, "the payload's %zd parts are %zd bytes, more than the chunk's max_chunk_bytes=%zd",
-                     c->nparts, (Py_ssize_t)value, (Py_ssize_t)c->layout.max_chunk_bytes);
+        too_big(&ep->c, value);
         break;
     case RC_ERR_CLOSED:
-        if (e.t == NULL) /* else the pin's error is the one in hand */
-            PyErr_SetString(PyExc_ValueError, "the ring is closed");
+        PyErr_SetString(PyExc_ValueError, "the ring is closed");
         break;
     default:
         PyErr_Format(PyExc_RuntimeError, "%R: the protocol core refused the call (error %d): acquire and commit/release "
                      "alternate, and an evicted reader receives nothing more", self, (int)code);
     }
     Py_XDECREF(lst);
+    Py_XDECREF(msg);
     if (exc != NULL) {
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
@@ -218,48 +200,34 @@ ep_fail(PyObject *self, rc_status code, double value)
 
 /* ---------------------------------------------------------------------------- binding -- */
 
-static Cursor *
+static Endpoint *
 bound(Endpoint *ep)
 {
-    if (ep->cursor == NULL || ((Cursor *)ep->cursor)->ep != (PyObject *)ep) {
+    if (ep->c.offs == NULL || ep->m_send == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "this endpoint is not bound: build it from a ring (its __init__ calls _bind)");
         return NULL;
     }
-    return (Cursor *)ep->cursor;
+    return ep;
 }
 
-/* The end of an entry point: the outer pin released, the call's objects dropped; NULL if the core
- * failed (its error is set), else `ok` */
-static PyObject *
-leave(Endpoint *ep, Cursor *c, int rc, PyObject *ok)
-{
-    cur_unpin(c);
-    Py_CLEAR(ep->frames_out);
-    Py_CLEAR(ep->unpublished);
-    Py_CLEAR(ep->copy_out);
-    Py_CLEAR(ep->deadline);
-    Py_CLEAR(ep->timeout);
-    if (rc == RC_OK)
-        return ok;
-    Py_XDECREF(ok);
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_SystemError, "the protocol core failed (error %d) without an exception", rc);
-    return NULL;
-}
-
-/* _bind(ring, observer, counters, cancel, policy, evict_dead_readers): fill the interface once */
+/* _bind(offsets, r, liveness, observer, counters, cancel, policy, evict_dead_readers): build the
+ * side over the ring (offsets: ShmRingBuffer.offsets(); r: the reader, or -1 for the writer) and
+ * fill the core's interface, once. Every name is looked up here, none per message or per wait. */
 static PyObject *
 ep_bind(Endpoint *ep, PyObject *args)
 {
-    PyObject *ring, *obs, *counters, *cancel, *policy;
+    PyObject *where, *liveness, *obs, *counters, *cancel, *policy;
+    long r;
     int evict;
-    if (!PyArg_ParseTuple(args, "OOO!O!Op:_bind", &ring, &obs, CountersType, &counters, CancelType, &cancel, &policy, &evict))
+    proto_state *st = state();
+    if (st == NULL || !PyArg_ParseTuple(args, "OlOOO!O!Op:_bind", &where, &r, &liveness, &obs, st->counters_type, &counters,
+                                        st->cancel_type, &cancel, &policy, &evict))
         return NULL;
-    if (ep->cursor == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "set the endpoint's cursor before _bind");
+    int writer = PyObject_TypeCheck(ep, st->wep_type);
+    if (writer != (r == RC_WRITER)) {
+        PyErr_Format(PyExc_ValueError, "_bind: r=%ld for a %s endpoint", r, writer ? "writer" : "reader");
         return NULL;
     }
-    Cursor *c = (Cursor *)ep->cursor;
     PyObject *spin = PyObject_GetAttrString(policy, "spin"), *re = PyObject_GetAttrString(policy, "recheck_interval");
     PyObject *tl = PyObject_GetAttrString(policy, "tight_looks"), *fx = PyObject_GetAttrString(policy, "futex");
     PyObject *sm = PyObject_GetAttrString(policy, "spin_max");
@@ -273,13 +241,26 @@ ep_bind(Endpoint *ep, PyObject *args)
     Py_XDECREF(sm);
     if (PyErr_Occurred())
         return NULL;
-    ep->policy = (rc_policy){sp, rv, (uint32_t)(t < 0 ? 0 : t), futex, smax};
+    Side *c = &ep->c;
+    c->clock_monotonic = Py_XNewRef(st->clock_monotonic); /* the clock installed now, for this endpoint's life */
+    c->clock_sleep = Py_XNewRef(st->clock_sleep);
+    c->io = (rc_iface){.ctx = ep, .pin = side_pin, .unpin = side_unpin, .now = c->clock_monotonic ? harness_now : real_now,
+                       .check_signals = side_check_signals, .futex_wait = side_futex_wait, .futex_wake = side_futex_wake,
+                       .yield = side_yield, .sleep = c->clock_sleep ? harness_sleep : real_sleep, .probe = ep_probe,
+                       .send_overflow = ep_send_overflow, .recv_overflow = ep_recv_overflow, .copy_out = ep_copy_out,
+                       .report = ep_report, .fail = ep_fail};
+    if (side_build(c, where, r) < 0)
+        return NULL;
+    if ((ep->pids = PyMem_Calloc(c->layout.n_reader, sizeof(long))) == NULL)
+        return PyErr_NoMemory();
+    c->policy = (rc_policy){.spin = sp, .recheck_interval = rv, .tight_looks = (uint32_t)(t < 0 ? 0 : t), .use_futex = futex,
+                            .spin_max = smax};
     struct {
         PyObject **slot, *obj;
         const char *name;
     } m[] = {{&ep->m_send, obs, "send_overflow"}, {&ep->m_recv, obs, "recv_overflow"}, {&ep->m_timeout_error, obs, "timeout_error"},
              {&ep->m_check_writer, obs, "check_writer"}, {&ep->m_dead_error, obs, "dead_readers_error"},
-             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->m_liveness, ring, "reader_liveness"},
+             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->what, (PyObject *)ep, "what"},
              {&ep->m_evicted_error, (PyObject *)Py_TYPE(ep), "_evicted_error"}}; /* the class's: no cycle */
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         PyObject *v = PyObject_GetAttrString(m[k].obj, m[k].name);
@@ -290,16 +271,18 @@ ep_bind(Endpoint *ep, PyObject *args)
         }
         Py_XSETREF(*m[k].slot, v);
     }
-    Py_XSETREF(ep->counters, Py_NewRef(counters));
-    Py_XSETREF(ep->cancel, Py_NewRef(cancel));
+    ep->m_liveness = Py_NewRef(liveness);
+    ep->cancelled = Py_NewRef(st->cancelled);
+    ep->overflow_marker = Py_NewRef(st->overflow_marker);
+    ep->mv_release = Py_NewRef(st->mv_release);
+    ep->counters = Py_NewRef(counters);
+    ep->cancel = Py_NewRef(cancel);
     if (cancel_register((CancelObject *)cancel, (PyObject *)ep) < 0)
         return NULL;
     c->st.s.counters = &((CountersObject *)counters)->c;
     c->st.s.cancel = &((CancelObject *)cancel)->c;
-    c->st.s.policy = &ep->policy;
-    if (c->st.s.side == RC_WRITER)
+    if (writer)
         c->st.w.evict_dead = evict;
-    c->ep = (PyObject *)ep;
     Py_RETURN_NONE;
 }
 
@@ -309,12 +292,9 @@ static PyObject *
 ep_wake_all(PyObject *self, PyObject *unused)
 {
     Endpoint *ep = (Endpoint *)self;
-    if (ep->cursor == NULL)
+    if (ep->c.buf == NULL || ep->m_send == NULL)
         Py_RETURN_NONE;
-    Cursor *c = (Cursor *)ep->cursor;
-    if (c->buf == NULL)
-        Py_RETURN_NONE;
-    int rc = rc_wake_all(&c->layout, &c->io);
+    int rc = rc_wake_all(&ep->c.layout, &ep->c.io);
     if (rc == RC_OK && PyErr_Occurred())
         PyErr_Clear(); /* the pin's error: the ring is closed, nothing to wake */
     return rc == RC_OK ? Py_NewRef(Py_None) : NULL;

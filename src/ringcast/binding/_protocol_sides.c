@@ -4,13 +4,31 @@
  * result or raises its error. ringcast.endpoint has the docs of the sequences. */
 
 /* Enter a call: the endpoint bound, the mapping pinned (released by leave) */
-static Cursor *
+static Side *
 enter(Endpoint *ep)
 {
-    Cursor *c = bound(ep);
-    if (c == NULL || cur_pin(c) == NULL)
+    if (bound(ep) == NULL || side_pin(&ep->c) == NULL)
         return NULL;
-    return c;
+    return &ep->c;
+}
+
+/* The end of an entry point: the outer pin released, the call's objects dropped; NULL if the core
+ * failed (its error is set), else `ok` */
+static PyObject *
+leave(Endpoint *ep, Side *c, int rc, PyObject *ok)
+{
+    side_unpin(c);
+    Py_CLEAR(ep->frames_out);
+    Py_CLEAR(ep->unpublished);
+    Py_CLEAR(ep->copy_out);
+    Py_CLEAR(ep->deadline);
+    Py_CLEAR(ep->timeout);
+    if (rc == RC_OK)
+        return ok;
+    Py_XDECREF(ok);
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_SystemError, "the protocol core failed (error %d) without an exception", rc);
+    return NULL;
 }
 
 /* A core entry point that is a whole method by itself: its result is the method's None. One member
@@ -31,7 +49,7 @@ call_core(Endpoint *ep, core_entry fn, const char *name, PyObject *const *args, 
     double timeout = RC_NO_TIMEOUT;
     if (fn.writer == NULL && (parse(name, args, nargs, kwnames, names, 1, 1, 0, a) < 0 || seconds(a[0], &timeout) < 0))
         return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     int rc = fn.writer         ? fn.writer(&c->st.w)
@@ -55,7 +73,7 @@ wep_publish(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     int split = a[3] ? PyObject_IsTrue(a[3]) : 0, overflow = a[2] != NULL && a[2] != Py_None;
     if (split < 0 || parts_get(&p, a[0]) < 0)
         return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL) {
         parts_release(&p);
         return NULL;
@@ -83,7 +101,7 @@ wep_acquire_write(Endpoint *ep, PyObject *arg)
     uint8_t *data;
     if (seconds(arg, &timeout) < 0)
         return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     c->nparts = 0;
@@ -100,7 +118,7 @@ wep_acquire_write(Endpoint *ep, PyObject *arg)
         Py_XDECREF(sl);
         Py_XDECREF(mv);
         if (view == NULL) { /* the chunk stays claimed and unwritten: drop the message */
-            rc_writer_abort(&c->st.w);
+            (void)rc_writer_abort(&c->st.w);
             rc = RC_ERR_RAISED;
         }
     }
@@ -121,54 +139,51 @@ wep_abort_write(Endpoint *ep, PyObject *unused)
     return call_core(ep, (core_entry){.writer = rc_writer_abort}, NULL, NULL, 0, NULL);
 }
 
-/* A single step of the side that needs the endpoint (tests and tools): rc_step */
-static PyObject *
-ep_step(Endpoint *ep, rc_action action, int as_bool)
-{
-    long out = 0;
-    Cursor *c = enter(ep);
-    if (c == NULL)
-        return NULL;
-    int rc = rc_step(&c->st.s, action, 0, &out);
-    return leave(ep, c, rc, as_bool ? PyBool_FromLong(out) : Py_NewRef(Py_None));
-}
-
-/* Spec: WriterSendOverflow alone: _writer_send_overflow(frames) */
-static PyObject *
-wep_send_overflow(Endpoint *ep, PyObject *frames)
-{
-    Py_XSETREF(ep->frames_out, Py_NewRef(frames));
-    return ep_step(ep, RC_WriterSendOverflow, 0);
-}
-
-/* Spec: ParkRecheck alone (its tracepoint, then the side's look): _park_recheck() -> bool */
-static PyObject *
-ep_park_recheck(Endpoint *ep, PyObject *unused)
-{
-    return ep_step(ep, RC_ParkRecheck, 1);
-}
-
-/* _finish(): publish what an error left owed, then wake */
-static PyObject *
-wep_finish(Endpoint *ep, PyObject *unused)
-{
-    return call_core(ep, (core_entry){.writer = rc_writer_finish}, NULL, NULL, 0, NULL);
-}
-
 static PyObject *
 wep_get_owed(Endpoint *ep, void *closure)
 {
-    Cursor *c = bound(ep);
-    if (c == NULL)
+    if (bound(ep) == NULL)
         return NULL;
-    return c->st.w.owed_chunk < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(c->st.w.owed_chunk);
+    return ep->c.st.w.owed_chunk < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(ep->c.st.w.owed_chunk);
 }
 
+/* unread_readers(): the live readers that have not read the chunk at the cursor (what a claim
+ * waits for; the core's one scan, rc_writer_unread) */
 static PyObject *
-wep_get_wake_owed(Endpoint *ep, void *closure)
+wep_unread_readers(Endpoint *ep, PyObject *unused)
 {
-    Cursor *c = bound(ep);
-    return c == NULL ? NULL : PyBool_FromLong(c->st.w.wake_owed);
+    Side *c = enter(ep);
+    uint8_t *mark = c == NULL ? NULL : PyMem_Malloc(c->layout.n_reader);
+    if (c != NULL && mark == NULL)
+        PyErr_NoMemory();
+    if (mark == NULL)
+        return c == NULL ? NULL : leave(ep, c, RC_ERR_RAISED, NULL);
+    int n = rc_writer_unread(&c->st.w, mark);
+    PyObject *out = n < 0 ? NULL : PyList_New(0);
+    for (uint32_t r = 0; out != NULL && r < c->layout.n_reader; r++) {
+        PyObject *v = mark[r] == RC_UNREAD ? PyLong_FromUnsignedLong(r) : NULL;
+        if (mark[r] == RC_UNREAD && (v == NULL || PyList_Append(out, v) < 0))
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    PyMem_Free(mark);
+    return leave(ep, c, out == NULL ? RC_ERR_RAISED : RC_OK, out);
+}
+
+/* live_readers: the readers whose flags the writer clears for each message (every one not evicted) */
+static PyObject *
+wep_get_live_readers(Endpoint *ep, void *closure)
+{
+    if (bound(ep) == NULL)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    for (uint32_t r = 0; out != NULL && r < ep->c.layout.n_reader; r++) {
+        PyObject *v = ep->c.live[r] ? PyLong_FromUnsignedLong(r) : NULL;
+        if (ep->c.live[r] && (v == NULL || PyList_Append(out, v) < 0))
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------------------------- a reader -- */
@@ -183,14 +198,14 @@ rep_receive(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     int marker = 0;
     if (parse("receive()", args, nargs, kwnames, names, 3, 3, 1, a) < 0 || seconds(a[1], &timeout) < 0)
         return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     ep->copy_out = Py_NewRef(a[0]);
     ep->timeout = Py_XNewRef(a[1]);
     ep->deadline = Py_XNewRef(a[2]);
     ep->zero_copy = 0;
-    int rc = rc_reader_receive(&c->st.r, timeout, RC_NO_TIMEOUT, &marker);
+    int rc = rc_reader_receive(&c->st.r, timeout, &marker);
     PyObject *kept = ep->kept, *frames = ep->frames_in, *res = NULL;
     ep->kept = ep->frames_in = NULL;
     if (rc == RC_OK)
@@ -202,30 +217,12 @@ rep_receive(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     return leave(ep, c, rc, res);
 }
 
-/* Spec: ReaderRecvOverflow alone: _reader_recv_overflow(deadline, timeout) -> frames */
-static PyObject *
-rep_recv_overflow(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_reader_recv_overflow(deadline, timeout): %zd arguments", nargs);
-    ep->deadline = Py_NewRef(args[0]);
-    ep->timeout = Py_NewRef(args[1]);
-    PyObject *r = ep_step(ep, RC_ReaderRecvOverflow, 0), *frames = ep->frames_in;
-    ep->frames_in = NULL;
-    if (r == NULL) {
-        Py_XDECREF(frames);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return frames;
-}
-
 /* ready(): ReaderLoadWritten, ReaderLoadReadFlag, F4: is the chunk ours to read? */
 static PyObject *
 rep_ready(Endpoint *ep, PyObject *unused)
 {
     int ready = 0;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     int rc = rc_reader_look(&c->st.r, &ready);
@@ -248,45 +245,47 @@ rep_acquire_read(Endpoint *ep, PyObject *arg)
     size_t len;
     if (seconds(arg, &timeout) < 0)
         return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     ep->zero_copy = 1;
     int rc = rc_reader_acquire(&c->st.r, timeout, &data, &len);
     PyObject *view = rc == RC_OK ? chunk_view(c) : NULL;
     if (rc == RC_OK && view == NULL) {
-        rc_reader_release(&c->st.r, 1);
+        (void)rc_reader_release(&c->st.r);
         rc = RC_ERR_RAISED;
     }
     return leave(ep, c, rc, view);
 }
 
-/* _release_read(failed): after the block: F8, ReaderCheckEvicted, ReaderAck, notify */
+/* _release_read(): after the block (also when it raised): F8, ReaderCheckEvicted, ReaderAck, notify */
 static PyObject *
-rep_release_read(Endpoint *ep, PyObject *arg)
+rep_release_read(Endpoint *ep, PyObject *unused)
 {
-    int failed = PyObject_IsTrue(arg);
-    if (failed < 0)
-        return NULL;
-    Cursor *c = enter(ep);
+    Side *c = enter(ep);
     if (c == NULL)
         return NULL;
     ep->zero_copy = 1;
-    return leave(ep, c, rc_reader_release(&c->st.r, failed), Py_NewRef(Py_None));
+    return leave(ep, c, rc_reader_release(&c->st.r), Py_NewRef(Py_None));
+}
+
+/* release(): drop the reader's view of the mapping (before the ring is closed); later copies raise */
+static PyObject *
+rep_release(Endpoint *ep, PyObject *unused)
+{
+    return ep->c.mv == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(ep->mv_release, ep->c.mv);
 }
 
 static PyObject *
 rep_get_owed(Endpoint *ep, void *closure)
 {
-    Cursor *c = bound(ep);
-    return c == NULL ? NULL : PyBool_FromLong(c->st.r.owed_payload);
+    return bound(ep) == NULL ? NULL : PyBool_FromLong(ep->c.st.r.owed_payload);
 }
 
 static PyObject *
 rep_get_gone(Endpoint *ep, void *closure)
 {
-    Cursor *c = bound(ep);
-    return c == NULL ? NULL : PyBool_FromLong(c->st.r.phase == RC_R_GONE);
+    return bound(ep) == NULL ? NULL : PyBool_FromLong(ep->c.st.r.phase == RC_R_GONE);
 }
 
 /* ------------------------------------------------------------------------------ the types -- */
@@ -294,33 +293,19 @@ rep_get_gone(Endpoint *ep, void *closure)
 static int
 ep_traverse(Endpoint *ep, visitproc visit, void *arg)
 {
-    PyObject **refs[] = {&ep->cursor, &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error,
-                         &ep->m_check_writer, &ep->m_dead_error, &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness,
-                         &ep->m_evicted_error, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,
-                         &ep->frames_in, &ep->deadline, &ep->timeout};
+    PyObject **refs[] = {EP_REFS(ep)};
     for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++)
         Py_VISIT(*refs[k]);
-    Py_VISIT(Py_TYPE(ep));
-    return 0;
+    return side_traverse(&ep->c, visit, arg);
 }
 
 static int
 ep_tp_clear(Endpoint *ep)
 {
-    Cursor *c = (Cursor *)ep->cursor;
-    if (c != NULL && c->ep == (PyObject *)ep) { /* the cursor goes back to its own counters and policy */
-        c->ep = NULL;
-        c->st.s.counters = &c->counters;
-        c->st.s.policy = &c->policy;
-        c->st.s.cancel = NULL;
-    }
-    PyObject **refs[] = {&ep->cursor, &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error,
-                         &ep->m_check_writer, &ep->m_dead_error, &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness,
-                         &ep->m_evicted_error, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,
-                         &ep->frames_in, &ep->deadline, &ep->timeout};
+    PyObject **refs[] = {EP_REFS(ep)};
     for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++)
         Py_CLEAR(*refs[k]);
-    return 0;
+    return side_clear(&ep->c);
 }
 
 static void
@@ -329,35 +314,16 @@ ep_dealloc(Endpoint *ep)
     PyTypeObject *tp = Py_TYPE(ep);
     PyObject_GC_UnTrack(ep);
     ep_tp_clear(ep);
+    side_free(&ep->c);
+    PyMem_Free(ep->pids);
     tp->tp_free((PyObject *)ep);
     Py_DECREF(tp);
 }
 
 static PyObject *
-ep_get_cursor(Endpoint *ep, void *closure)
+ep_get_index(Endpoint *ep, void *closure)
 {
-    return Py_NewRef(ep->cursor == NULL ? Py_None : ep->cursor);
-}
-
-/* The cursor is set once, by the endpoint's constructor: a cursor of the endpoint's side. */
-static int
-ep_set_cursor(Endpoint *ep, PyObject *value, void *closure)
-{
-    PyTypeObject *want = PyObject_TypeCheck(ep, WriterEndpointType) ? WriterStepsType : ReaderStepsType;
-    if (value == NULL || !PyObject_TypeCheck(value, want)) {
-        PyErr_Format(PyExc_TypeError, "an endpoint's cursor is a %s, got %R", want->tp_name, value);
-        return -1;
-    }
-    if (ep->cursor != NULL) {
-        PyErr_SetString(PyExc_AttributeError, "an endpoint's cursor is set once");
-        return -1;
-    }
-    if (((Cursor *)value)->ep != NULL) {
-        PyErr_SetString(PyExc_ValueError, "this cursor belongs to another endpoint");
-        return -1;
-    }
-    ep->cursor = Py_NewRef(value);
-    return 0;
+    return bound(ep) == NULL ? NULL : PyLong_FromSize_t(ep->c.st.s.index);
 }
 
 static PyObject *
@@ -367,18 +333,19 @@ ep_get_counters(Endpoint *ep, void *closure)
 }
 
 #define EP_GETSET                                                                                                        \
-    {"cursor", (getter)ep_get_cursor, (setter)ep_set_cursor, "the side's ring cursor (set once)", NULL},                 \
+    {"index", (getter)ep_get_index, NULL, "the chunk this side is at (the next it writes / reads)", NULL},               \
     {"counters", (getter)ep_get_counters, NULL, "the side's Counters (set by _bind)", NULL}
 
 #define EP_COMMON_METHODS                                                                                                \
     {"_bind", (PyCFunction)ep_bind, METH_VARARGS,                                                                        \
-     "_bind(ring, observer, counters, cancel, policy, evict_dead_readers): fill the core's interface (once)."},          \
+     "_bind(offsets, r, liveness, observer, counters, cancel, policy, evict_dead_readers): build the side, fill the "     \
+     "core's interface (once)."},                                                                                        \
     {"wake_all", (PyCFunction)ep_wake_all, METH_NOARGS, "Wake every sleeper on the ring (shutdown; not a spec action)."}
 
 static PyGetSetDef wep_getset[] = {
     EP_GETSET,
     {"owed", (getter)wep_get_owed, NULL, "the chunk whose message an error left owed (published before the next one), or None", NULL},
-    {"wake_owed", (getter)wep_get_wake_owed, NULL, "a published message whose notify an error cut short", NULL},
+    {"live_readers", (getter)wep_get_live_readers, NULL, "the readers whose flags each message clears (not evicted)", NULL},
     {NULL},
 };
 
@@ -391,9 +358,8 @@ static PyMethodDef wep_methods[] = {
     {"_acquire_write", (PyCFunction)wep_acquire_write, METH_O, "_acquire_write(timeout): claim; the chunk's view to fill."},
     {"_commit_write", (PyCFunction)wep_commit_write, METH_NOARGS, "_commit_write(): publish the acquired chunk."},
     {"_abort_write", (PyCFunction)wep_abort_write, METH_NOARGS, "_abort_write(): drop the acquired chunk's message."},
-    {"_finish", (PyCFunction)wep_finish, METH_NOARGS, "_finish(): publish what an error left owed, then wake."},
-    {"_writer_send_overflow", (PyCFunction)wep_send_overflow, METH_O, "Spec: WriterSendOverflow alone (frames)."},
-    {"_park_recheck", (PyCFunction)ep_park_recheck, METH_NOARGS, "Spec: ParkRecheck alone: its tracepoint, then the look."},
+    {"unread_readers", (PyCFunction)wep_unread_readers, METH_NOARGS,
+     "The live readers that have not read the chunk at the cursor (what a claim waits for)."},
     EP_COMMON_METHODS,
     {NULL},
 };
@@ -409,8 +375,8 @@ static PyType_Slot wep_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec wep_spec = {"ringcast._protocol._WriterEndpoint", sizeof(Endpoint), 0,
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, wep_slots};
+static PyType_Spec wep_spec = {.name = "ringcast._protocol._WriterEndpoint", .basicsize = sizeof(Endpoint),
+                               .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, .slots = wep_slots};
 
 static PyGetSetDef rep_getset[] = {
     EP_GETSET,
@@ -427,10 +393,8 @@ static PyMethodDef rep_methods[] = {
     {"wait_ready", (PyCFunction)(void (*)(void))rep_wait_ready, METH_FASTCALL | METH_KEYWORDS,
      "wait_ready($self, /, timeout=None)\n--\n\nLook until ready(): one look, then spin and park."},
     {"_acquire_read", (PyCFunction)rep_acquire_read, METH_O, "_acquire_read(timeout): wait; the next chunk's view."},
-    {"_release_read", (PyCFunction)rep_release_read, METH_O, "_release_read(failed): F8, check evicted, ack, notify."},
-    {"_reader_recv_overflow", (PyCFunction)(void (*)(void))rep_recv_overflow, METH_FASTCALL,
-     "Spec: ReaderRecvOverflow alone (deadline, timeout) -> frames."},
-    {"_park_recheck", (PyCFunction)ep_park_recheck, METH_NOARGS, "Spec: ParkRecheck alone: its tracepoint, then the look."},
+    {"_release_read", (PyCFunction)rep_release_read, METH_NOARGS, "_release_read(): F8, check evicted, ack, notify."},
+    {"release", (PyCFunction)rep_release, METH_NOARGS, "Drop this reader's view of the mapping (before the ring is closed)."},
     EP_COMMON_METHODS,
     {NULL},
 };
@@ -446,5 +410,5 @@ static PyType_Slot rep_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec rep_spec = {"ringcast._protocol._ReaderEndpoint", sizeof(Endpoint), 0,
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, rep_slots};
+static PyType_Spec rep_spec = {.name = "ringcast._protocol._ReaderEndpoint", .basicsize = sizeof(Endpoint),
+                               .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, .slots = rep_slots};

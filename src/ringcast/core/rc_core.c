@@ -22,6 +22,9 @@ fail(const rc_side *s, rc_status code)
     return code;
 }
 
+static int writer_idle(rc_side *s, double waited);
+static int reader_idle(rc_side *s, double waited);
+
 static void
 side_init(rc_side *s, int side, const rc_layout *layout, const rc_iface *io, const rc_policy *policy,
           rc_counters *counters, rc_cancel *cancel)
@@ -62,8 +65,8 @@ rc_reader_init(rc_reader *rd, uint32_t reader, const rc_layout *layout, const rc
 /* ------------------------------------------------------------------------------ the writer -- */
 
 /* The writer's look: WriterClaim */
-static int
-writer_look_impl(rc_writer *w, int *free_)
+int
+rc_writer_look(rc_writer *w, int *free_)
 {
 #ifdef RINGCAST_TEST_PLANTED
     if (w->s.planted == RC_PLANT_SCAN_AHEAD)
@@ -72,26 +75,77 @@ writer_look_impl(rc_writer *w, int *free_)
     return writer_claim(w, free_);
 }
 
-int
-rc_writer_look(rc_writer *w, int *free_)
+static int
+writer_ready(rc_side *s, int *free_)
 {
-    return writer_look_impl(w, free_);
+    return rc_writer_look((rc_writer *)s, free_);
 }
 
 /* WriterClaim until the chunk at the cursor is free: one look, then the wait. */
-static int
-claim(rc_writer *w, double timeout)
-{
-    int free_ = 0, rc = writer_look_impl(w, &free_);
-    if (rc != RC_OK || free_)
-        return rc;
-    return side_wait(&w->s, timeout);
-}
-
 int
 rc_writer_claim(rc_writer *w, double timeout)
 {
-    return claim(w, timeout);
+    int free_ = 0, rc = rc_writer_look(w, &free_);
+    if (rc != RC_OK || free_)
+        return rc;
+    return side_wait(&w->s, timeout, writer_ready, writer_idle);
+}
+
+/* The one scan of "the live readers that have not read the chunk at the writer's cursor" (peeks,
+ * not steps): mark[r] RC_UNREAD for each, else RC_ALIVE; how many, or an error */
+int
+rc_writer_unread(rc_writer *w, uint8_t *mark)
+{
+    rc_side *s = &w->s;
+    uint8_t *base = pin(s);
+    if (base == NULL)
+        return RC_ERR_CLOSED;
+    const uint8_t *m = base + s->layout->metas[s->index];
+    int written = rc_load_u8(m) == 1, n = 0;
+    for (uint32_t r = 0; r < s->layout->n_reader; r++) {
+        int unread = written && w->live[r] && rc_load_u8(m + 1 + r) == 0;
+        mark[r] = unread ? RC_UNREAD : RC_ALIVE;
+        n += unread;
+    }
+    unpin(s);
+    return n;
+}
+
+/* The writer, parked, before each park (the wait's idle): the live readers it waits for that are
+ * dead are evicted (evict_dead) or the wait fails; one whose liveness cannot be told is neither;
+ * then the long-wait log. Every writer-side eviction is decided here. */
+static int
+writer_idle(rc_side *s, double waited)
+{
+    rc_writer *w = (rc_writer *)s;
+    const rc_iface *io = s->io;
+    uint32_t n_reader = s->layout->n_reader, dead = 0;
+    int rc = rc_writer_unread(w, w->liveness);
+    if (rc < 0)
+        return rc;
+    for (uint32_t r = 0; r < n_reader; r++)
+        if (w->liveness[r] == RC_UNREAD) {
+            int v = io->probe(io->ctx, (int)r, waited);
+            if (v < 0)
+                return v;
+            w->liveness[r] = (uint8_t)v;
+            dead += v == RC_DEAD;
+        }
+    if (dead > 0) {
+        if (!w->evict_dead) {
+            io->fail(io->ctx, RC_ERR_DEAD_READERS, waited);
+            return RC_ERR_DEAD_READERS;
+        }
+        for (uint32_t r = 0; r < n_reader; r++)
+            if (w->liveness[r] == RC_DEAD) {
+                if ((rc = writer_evict(w, r)) != RC_OK)
+                    return rc;
+                s->counters->evictions++;
+            }
+        if ((rc = io->report(io->ctx, RC_REPORT_EVICTED, waited)) != RC_OK)
+            return rc;
+    }
+    return io->report(io->ctx, RC_REPORT_LONG_WAIT, waited);
 }
 
 /* F7; WriterClearReadFlag for each live reader; WriterPublish (the order spec/Ring.tla proves).
@@ -109,7 +163,7 @@ clear_and_publish(rc_writer *w)
     else
 #endif
     {
-        RC_F7(); /* F7 pairs with F4 in reader_look_impl: the payload is visible before any reader can see its flag cleared */
+        RC_F7(); /* F7 pairs with F4 in rc_reader_look: the payload is visible before any reader can see its flag cleared */
         for (uint32_t r = 0; r < s->layout->n_reader; r++)
             if (w->live[r] && (rc = writer_clear_read_flag(w, r)) != RC_OK)
                 return rc;
@@ -173,7 +227,7 @@ begin(rc_writer *w, double timeout)
         return fail(&w->s, RC_ERR_STATE);
     if ((w->owed_chunk >= 0 || w->wake_owed) && (rc = rc_writer_finish(w)) != RC_OK)
         return rc;
-    if ((rc = claim(w, timeout)) != RC_OK || (rc = writer_clear_written(w)) != RC_OK)
+    if ((rc = rc_writer_claim(w, timeout)) != RC_OK || (rc = writer_clear_written(w)) != RC_OK)
         return rc;
     w->claimed = (long)w->s.index;
     w->phase = RC_W_CLAIMED;
@@ -252,28 +306,11 @@ rc_writer_abort(rc_writer *w)
     return aborted(w, RC_OK, 0);
 }
 
-int
-rc_writer_unread(rc_writer *w, int *out, uint32_t *n)
-{
-    rc_side *s = &w->s;
-    uint8_t *base = pin(s);
-    if (base == NULL)
-        return RC_ERR_CLOSED;
-    const uint8_t *m = base + s->layout->metas[s->index];
-    *n = 0;
-    if (rc_load_u8(m) == 1)
-        for (uint32_t r = 0; r < s->layout->n_reader; r++)
-            if (w->live[r] && rc_load_u8(m + 1 + r) == 0)
-                out[(*n)++] = (int)r;
-    unpin(s);
-    return RC_OK;
-}
-
 /* ------------------------------------------------------------------------------- a reader -- */
 
 /* ReaderLoadWritten, ReaderLoadReadFlag (short-circuit: after written = 0 no flag load), F4 */
-RC_FENCED static int
-reader_look_impl(rc_reader *rd, int *ready)
+RC_FENCED int
+rc_reader_look(rc_reader *rd, int *ready)
 {
     int v = 0, rc;
     *ready = 0;
@@ -290,25 +327,49 @@ reader_look_impl(rc_reader *rd, int *ready)
     return RC_OK;
 }
 
-int
-rc_reader_look(rc_reader *rd, int *ready)
-{
-    return reader_look_impl(rd, ready);
-}
-
 static int
-wait_ready(rc_reader *rd, double timeout)
+reader_ready(rc_side *s, int *ready)
 {
-    int ready = 0, rc = reader_look_impl(rd, &ready);
-    if (rc != RC_OK || ready)
-        return rc;
-    return side_wait(&rd->s, timeout);
+    return rc_reader_look((rc_reader *)s, ready);
 }
 
+/* This reader is gone (evicted): it receives nothing more. `copied`: a copy was dropped (1), or
+ * it was found evicted while it waited (0), io->fail's value. */
+static int
+gone(rc_reader *rd, double copied)
+{
+    rd->phase = RC_R_GONE;
+    rd->s.io->fail(rd->s.io->ctx, RC_ERR_EVICTED, copied);
+    return RC_ERR_EVICTED;
+}
+
+/* A reader, parked, before each park (the wait's idle): evicted (the one predicate, evicted_at):
+ * gone; else the writer's liveness (the binding fails a dead writer), then the long-wait log. */
+static int
+reader_idle(rc_side *s, double waited)
+{
+    rc_reader *rd = (rc_reader *)s;
+    uint8_t *base = pin(s);
+    if (base == NULL)
+        return RC_ERR_CLOSED;
+    int evicted = evicted_at(base, s->layout, rd->r);
+    unpin(s);
+    if (evicted)
+        return gone(rd, 0.0);
+    int rc = s->io->probe(s->io->ctx, RC_WRITER, waited);
+    if (rc < 0)
+        return rc;
+    return s->io->report(s->io->ctx, RC_REPORT_LONG_WAIT, waited);
+}
+
+/* Look until ready: one look, then the wait */
 int
 rc_reader_wait(rc_reader *rd, double timeout)
 {
-    return wait_ready(rd, timeout);
+    int ready = 0, rc = rc_reader_look(rd, &ready);
+    if (rc != RC_OK || ready)
+        return rc;
+    return side_wait(&rd->s, timeout, reader_ready, reader_idle);
 }
 
 /* After the copy (rc_copy: its result): F8 and ReaderCheckEvicted (evicted: the copy is dropped,
@@ -318,10 +379,8 @@ static int
 check_and_ack(rc_reader *rd, int rc_copy, int marker)
 {
     int evicted = 0, rc = reader_check_evicted(rd, &evicted);
-    if (rc == RC_OK && evicted) {
-        rd->phase = RC_R_GONE;
-        return fail(&rd->s, RC_ERR_EVICTED);
-    }
+    if (rc == RC_OK && evicted)
+        return gone(rd, 1.0);
     int ra = reader_ack(rd);
     if (ra == RC_OK) {
         if (marker && rc_copy == RC_OK && rc == RC_OK)
@@ -345,12 +404,11 @@ recv_overflow(rc_reader *rd)
 }
 
 int
-rc_reader_receive(rc_reader *rd, double timeout, double deadline, int *marker)
+rc_reader_receive(rc_reader *rd, double timeout, int *marker)
 {
-    (void)deadline; /* the binding's recv_overflow holds it */
     *marker = 0;
     if (rd->phase == RC_R_GONE)
-        return fail(&rd->s, RC_ERR_EVICTED);
+        return gone(rd, 0.0);
     if (rd->phase != RC_R_IDLE)
         return fail(&rd->s, RC_ERR_STATE);
     if (!rd->owed_payload) {
@@ -358,7 +416,7 @@ rc_reader_receive(rc_reader *rd, double timeout, double deadline, int *marker)
         if (rd->s.planted == RC_PLANT_EARLY_ACK)
             return planted_early_ack(rd, timeout);
 #endif
-        int rc = wait_ready(rd, timeout), kind = RC_COPIED;
+        int rc = rc_reader_wait(rd, timeout), kind = RC_COPIED;
         if (rc != RC_OK)
             return rc;
         const uint8_t *data = NULL;
@@ -387,10 +445,10 @@ int
 rc_reader_acquire(rc_reader *rd, double timeout, const uint8_t **data, size_t *len)
 {
     if (rd->phase == RC_R_GONE)
-        return fail(&rd->s, RC_ERR_EVICTED);
+        return gone(rd, 0.0);
     if (rd->phase != RC_R_IDLE)
         return fail(&rd->s, RC_ERR_STATE);
-    int rc = wait_ready(rd, timeout);
+    int rc = rc_reader_wait(rd, timeout);
     if (rc != RC_OK)
         return rc;
     if ((rc = reader_copy(rd, data)) != RC_OK)
@@ -401,9 +459,8 @@ rc_reader_acquire(rc_reader *rd, double timeout, const uint8_t **data, size_t *l
 }
 
 int
-rc_reader_release(rc_reader *rd, int block_failed)
+rc_reader_release(rc_reader *rd)
 {
-    (void)block_failed; /* the chunk is checked and acked either way */
     if (rd->phase != RC_R_ACQUIRED)
         return fail(&rd->s, RC_ERR_STATE);
     rd->phase = RC_R_IDLE;
@@ -432,7 +489,7 @@ rc_step(rc_side *s, rc_action action, int arg, long *out)
     case RC_ParkRecheck:
     case RC_N_ACTIONS + RC_ParkRecheck: /* its tracepoint, then the side's look */
         if ((rc = trace(s, RC_ParkRecheck, RC_NO_READER)) == RC_OK)
-            rc = look(s, &v);
+            rc = writer ? writer_ready(s, &v) : reader_ready(s, &v);
         break;
     case RC_N_ACTIONS + RC_ReaderRecvOverflow: rc = recv_overflow(rd); break;
     case RC_N_ACTIONS + RC_ReaderLoadWritten: rc = reader_load_written(rd, &v); break;

@@ -10,8 +10,8 @@
  *     and no overflow payload sent; after that it is owed (finished, never dropped: FlagOut).
  *   reader (rc_reader_receive; rc_reader_acquire + rc_reader_release):
  *     [owed payload: ReaderRecvOverflow] look (ReaderLoadWritten, ReaderLoadReadFlag, F4; spin,
- *     park on write_seq, writer checks), ReaderCopy, F8, ReaderCheckEvicted (evicted: gone, no
- *     ack), ReaderAck (F5), notify, [marker: ReaderRecvOverflow].
+ *     park on write_seq; before each park: evicted? gone; the writer's liveness), ReaderCopy, F8,
+ *     ReaderCheckEvicted (evicted: gone, no ack), ReaderAck (F5), notify, [marker: ReaderRecvOverflow].
  *
  * Every access to the shared mapping goes through rc_fences.h's primitives, between
  * io->pin and io->unpin (the binding keeps the mapping open meanwhile; a closed ring is
@@ -204,8 +204,8 @@ typedef struct rc_iface {
     /* sleep (the no-futex park), at most seconds */
     int (*sleep)(void *ctx, double seconds);
     /* liveness of reader `who` (writer: a reader it waits for) or of the writer (who ==
-     * RC_WRITER: a parked reader's check, which may also find this reader evicted): RC_ALIVE,
-     * RC_DEAD, RC_UNKNOWN, or RC_ERR_RAISED */
+     * RC_WRITER: a parked reader's check; the binding fails a dead writer): RC_ALIVE, RC_DEAD,
+     * RC_UNKNOWN, or RC_ERR_RAISED. A liveness only: every eviction is the core's decision. */
     int (*probe)(void *ctx, int who, double waited);
     /* WriterSendOverflow's I/O: the message's overflow frames (held by the binding) */
     int (*send_overflow)(void *ctx);
@@ -216,7 +216,8 @@ typedef struct rc_iface {
     /* an event the binding reports (evicted readers, a long wait, a dropped message): RC_OK or RC_ERR_RAISED */
     int (*report)(void *ctx, int event, double waited);
     /* an error the core found (RC_ERR_TIMEOUT ...): the binding records it; `value`: the seconds
-     * waited (RC_ERR_TIMEOUT, RC_ERR_DEAD_READERS), the payload's bytes (RC_ERR_TOO_BIG), else 0 */
+     * waited (RC_ERR_TIMEOUT, RC_ERR_DEAD_READERS), the payload's bytes (RC_ERR_TOO_BIG), 1 if a
+     * copy was dropped or 0 if the reader was found evicted while it waited (RC_ERR_EVICTED), else 0 */
     void (*fail)(void *ctx, rc_status code, double value);
 } rc_iface;
 
@@ -251,14 +252,14 @@ int rc_writer_abort(rc_writer *w);
 int rc_writer_finish(rc_writer *w);
 
 /* One message: RC_OK with *marker 0 (io->copy_out kept it) or 1 (its overflow payload came
- * through io->recv_overflow). `deadline` is not read by the core: the binding's recv_overflow
- * holds the overflow receive's deadline (kept in the signature for other interfaces). */
-int rc_reader_receive(rc_reader *r, double timeout, double deadline, int *marker);
+ * through io->recv_overflow, which holds the overflow receive's deadline). A reader found evicted
+ * (here or while parked) is gone: RC_ERR_EVICTED, phase RC_R_GONE, now and at every later call. */
+int rc_reader_receive(rc_reader *r, double timeout, int *marker);
 /* Zero-copy: wait, ReaderCopy's step point; *data is the chunk (max_chunk_bytes) */
 int rc_reader_acquire(rc_reader *r, double timeout, const uint8_t **data, size_t *len);
 /* ... then F8, ReaderCheckEvicted, ReaderAck, notify, also when the caller's block failed
- * (block_failed changes nothing; evicted: RC_ERR_EVICTED, the reader is gone, no ack) */
-int rc_reader_release(rc_reader *r, int block_failed);
+ * (evicted: RC_ERR_EVICTED, the reader is gone, no ack) */
+int rc_reader_release(rc_reader *r);
 
 /* One step alone, for tests and tools: the action's step on the side (arg: the reader of
  * WriterClearReadFlag / WriterEvict; WriterWritePayload's parts go through rc_step_payload;
@@ -274,12 +275,13 @@ int rc_writer_claim(rc_writer *w, double timeout);
 int rc_reader_wait(rc_reader *r, double timeout);
 /* A side's notify of the other side (NotifyLoadWaiters [NotifyWake]) */
 int rc_notify(rc_side *s);
-/* The live readers that have not read the chunk at the writer's cursor (peeks, not steps):
- * their indices in out (n_reader entries), how many */
-int rc_writer_unread(rc_writer *w, int *out, uint32_t *n);
+/* The live readers that have not read the chunk at the writer's cursor (peeks, not steps; the
+ * one scan, which the parked writer's checks use too): mark[r] (n_reader bytes) RC_UNREAD for
+ * each, else RC_ALIVE; returns how many, or an error */
+int rc_writer_unread(rc_writer *w, uint8_t *mark);
 
 /* The eventcount's steps on its two words (the sequence pins the mapping and calls them; the
- * binding's EventCount type too, on words at fixed addresses): RC_OK or an error */
+ * lab's test extension's EventCount too, on words at fixed addresses): RC_OK or an error */
 int rc_park_snapshot(const rc_side *s, uint32_t *seq, uint32_t *snap);
 int rc_park_announce(const rc_side *s, uint32_t *waiters);
 int rc_park_sleep(const rc_side *s, uint32_t *seq, uint32_t snap, double timeout, int *result);

@@ -4,7 +4,7 @@
  * The shipped build has none of this. Each uses the real steps (and so the real tracepoints);
  * peeks are loads that are not steps. */
 
-static int wait_ready(rc_reader *rd, double timeout);
+int rc_reader_wait(rc_reader *rd, double timeout);
 
 static uint8_t
 peek(rc_side *s, size_t chunk, size_t extra)
@@ -89,7 +89,7 @@ planted_early_ack(rc_reader *rd, double timeout)
 {
     rc_side *s = &rd->s;
     const rc_layout *L = s->layout;
-    int rc = wait_ready(rd, timeout);
+    int rc = rc_reader_wait(rd, timeout);
     if (rc != RC_OK)
         return rc;
     size_t i = s->index, n = next_chunk(s);

@@ -6,8 +6,8 @@
  * Fence pairs (each fence names the fence it pairs with, as linux/wait.h does):
  *   F1 (writer_claim: after the flag loads, before the payload stores)  <->  F5 (reader_ack)
  *      and F8 (reader_check_evicted: eviction's stores come before a refill's payload)
- *   F3 (writer_publish: before written := 1)  <->  F4 (rc_core.c's reader_look_impl: after the flag loads)
- *   F7 (rc_core.c's clear_and_publish: before the read-flag clears)  <->  F4 (reader_look_impl)
+ *   F3 (writer_publish: before written := 1)  <->  F4 (rc_core.c's rc_reader_look: after the flag loads)
+ *   F7 (rc_core.c's clear_and_publish: before the read-flag clears)  <->  F4 (rc_reader_look)
  *   F5 (reader_ack: after the copy, before read_r := 1)  <->  F1 (writer_claim)
  *   F8 (reader_check_evicted: after the copy, before the evicted load)  <->  F1 (writer_claim)
  * Test-only switches (never passed by setup.py): -DRINGCAST_TEST_DROP_F1 / _F3 / _F4 / _F5 /
@@ -187,7 +187,7 @@ writer_publish(rc_writer *w)
     rc_side *s = &w->s;
     uint8_t *base;
     BEGIN(s, RC_WriterPublish, RC_NO_READER, base, RC_ERR_CLOSED);
-    RC_F3(); /* F3 pairs with F4 in reader_look_impl: payload and cleared flags visible before the publication */
+    RC_F3(); /* F3 pairs with F4 in rc_reader_look: payload and cleared flags visible before the publication */
     rc_store_u8(base + s->layout->metas[s->index], 1);
     unpin(s);
     s->index = next_chunk(s);
@@ -216,6 +216,15 @@ writer_evict(rc_writer *w, uint32_t r)
 }
 
 /* -- a reader -- */
+
+/* The one definition of "reader r is evicted": its state word's low byte is RC_READER_EVICTED
+ * (WriterEvict stores the whole little-endian word). A load, not a step: ReaderCheckEvicted's,
+ * and a parked reader's look before each park (rc_core.c: reader_idle). */
+static inline int
+evicted_at(const uint8_t *base, const rc_layout *L, uint32_t r)
+{
+    return rc_load_u8(base + L->states[r]) == RC_READER_EVICTED;
+}
 
 static int
 reader_load(rc_reader *rd, rc_action action, size_t extra, int *v)
@@ -268,7 +277,7 @@ reader_check_evicted(rc_reader *rd, int *evicted)
     if (base == NULL)
         return RC_ERR_CLOSED;
     RC_F8(); /* F8 pairs with F1 in writer_claim: the copy's loads come before the evicted load, so a copy that saw a refill sees the eviction */
-    *evicted = rc_load_u8(base + s->layout->states[rd->r]) == RC_READER_EVICTED; /* the state word's low byte */
+    *evicted = evicted_at(base, s->layout, rd->r);
     unpin(s);
     return RC_OK;
 }

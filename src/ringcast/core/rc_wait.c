@@ -1,6 +1,6 @@
 /* rc_wait.c: the eventcount's steps (spec/Ring.tla's Park* and Notify* actions) and a side's wait
- * (spin, then park, with the dead-peer checks while parked), part of the protocol core: included
- * by rc_core.c after rc_steps.c (trace, pin, the looks' steps).
+ * (spin, then park until the side's look says ready, the side's idle checks before each park),
+ * part of the protocol core: included by rc_core.c after rc_steps.c (trace, pin).
  *
  * The eventcount (ringcast.waiting has the protocol and its proof sketch):
  *   waiter:   ParkSnapshot s := seq; ParkAnnounce waiters += 1 (F6W); ParkRecheck (a look);
@@ -145,76 +145,17 @@ rc_wake_all(const rc_layout *L, const rc_iface *io)
 
 /* ---------------------------------------------------------------------------- the wait -- */
 
-static int writer_look_impl(rc_writer *w, int *free_);
-static int reader_look_impl(rc_reader *rd, int *ready);
-
-static int
-look(rc_side *s, int *ready)
-{
-    return s->side == RC_WRITER ? writer_look_impl((rc_writer *)s, ready) : reader_look_impl((rc_reader *)s, ready);
-}
-
-/* The writer, parked, before each park (idle's schedule): the live readers it waits for that are dead
- * are evicted (evict_dead) or the wait fails; one whose liveness cannot be told is neither. */
-static int
-writer_idle(rc_writer *w, double waited)
-{
-    rc_side *s = &w->s;
-    const rc_iface *io = s->io;
-    uint32_t n_reader = s->layout->n_reader, dead = 0;
-    uint8_t *base = pin(s);
-    if (base == NULL)
-        return RC_ERR_CLOSED;
-    const uint8_t *m = base + s->layout->metas[s->index];
-    int written = rc_load_u8(m) == 1; /* peeks, not steps (rc_writer_unread's) */
-    for (uint32_t r = 0; r < n_reader; r++)
-        w->liveness[r] = written && w->live[r] && rc_load_u8(m + 1 + r) == 0 ? RC_UNREAD : RC_ALIVE;
-    unpin(s);
-    for (uint32_t r = 0; r < n_reader; r++)
-        if (w->liveness[r] == RC_UNREAD) {
-            int v = io->probe(io->ctx, (int)r, waited);
-            if (v < 0)
-                return v;
-            w->liveness[r] = (uint8_t)v;
-            dead += v == RC_DEAD;
-        }
-    if (dead > 0) {
-        if (!w->evict_dead) {
-            io->fail(io->ctx, RC_ERR_DEAD_READERS, waited);
-            return RC_ERR_DEAD_READERS;
-        }
-        for (uint32_t r = 0; r < n_reader; r++)
-            if (w->liveness[r] == RC_DEAD) {
-                int rc = writer_evict(w, r);
-                if (rc != RC_OK)
-                    return rc;
-                s->counters->evictions++;
-            }
-        int rc = io->report(io->ctx, RC_REPORT_EVICTED, waited);
-        if (rc != RC_OK)
-            return rc;
-    }
-    return io->report(io->ctx, RC_REPORT_LONG_WAIT, waited);
-}
-
-/* Before each park of the park phase: at most recheck_interval apart with the futex (sooner after
- * any wake-up), about every millisecond without it (1 ms sleeps): the dead-peer checks, then the
- * long-wait log. */
-static int
-idle(rc_side *s, double waited)
-{
-    if (s->side == RC_WRITER)
-        return writer_idle((rc_writer *)s, waited);
-    int rc = s->io->probe(s->io->ctx, RC_WRITER, waited); /* the binding fails a dead writer, or an eviction */
-    if (rc < 0)
-        return rc;
-    return s->io->report(s->io->ctx, RC_REPORT_LONG_WAIT, waited);
-}
+/* What a wait asks of the side that waits: whether it is ready (its look: the side's own steps)
+ * and, before each park, what it does while idle (rc_core.c: the writer's dead-reader checks and
+ * evictions, a reader's eviction and writer checks, the long-wait log). The wait holds no policy
+ * of its own: it spins, parks and times out. */
+typedef int (*rc_ready_fn)(rc_side *s, int *ready);
+typedef int (*rc_idle_fn)(rc_side *s, double waited);
 
 /* One park: snapshot, announce, re-check, sleep, retire. Once announced, every way out retires
  * (an error too: a waiters + 1 left behind would make every later notify wake). */
 static int
-park(rc_side *s, double nap, int *ready)
+park(rc_side *s, double nap, rc_ready_fn look, int *ready)
 {
     size_t so, wo;
     eventcount(s, 1, &so, &wo);
@@ -263,7 +204,7 @@ spin_budget(const rc_policy *p, double last_wait)
 /* Look until ready: tight looks, then look-and-yield for the spin budget (the spin phase), then
  * park (the park phase) until ready, the timeout (< 0: none) or a cancel. */
 static int
-wait_phases(rc_side *s, double start, double timeout, double budget)
+wait_phases(rc_side *s, double start, double timeout, double budget, rc_ready_fn look, rc_idle_fn idle)
 {
     const rc_iface *io = s->io;
     const rc_policy *p = s->policy;
@@ -303,7 +244,7 @@ wait_phases(rc_side *s, double start, double timeout, double budget)
             return rc;
         double nap = deadline - now < p->recheck_interval ? deadline - now : p->recheck_interval;
         if (p->use_futex)
-            rc = park(s, nap, &ready);
+            rc = park(s, nap, look, &ready);
         else {
             s->counters->parks++;
             if ((rc = io->sleep(io->ctx, nap < 1e-3 ? nap : 1e-3)) == RC_OK)
@@ -314,16 +255,17 @@ wait_phases(rc_side *s, double start, double timeout, double budget)
     }
 }
 
-/* One wait (the writer's claim, a reader's wait for a message): wait_phases with this wait's spin
- * budget, then, where the budget adapts, note how long it took (the next budget's input; with
- * spin_max <= spin nothing reads it, so the clock is not read again). */
+/* One wait (the writer's claim, a reader's wait for a message) until `look` says ready:
+ * wait_phases with this wait's spin budget, `idle` before each park; then, where the budget
+ * adapts, note how long it took (the next budget's input; with spin_max <= spin nothing reads it,
+ * so the clock is not read again). */
 static int
-side_wait(rc_side *s, double timeout)
+side_wait(rc_side *s, double timeout, rc_ready_fn look, rc_idle_fn idle)
 {
     const rc_iface *io = s->io;
     s->counters->waits++;
     double start = io->now(io->ctx);
-    int rc = wait_phases(s, start, timeout, spin_budget(s->policy, s->last_wait));
+    int rc = wait_phases(s, start, timeout, spin_budget(s->policy, s->last_wait), look, idle);
     if (s->policy->spin_max > s->policy->spin)
         s->last_wait = rc == RC_OK ? io->now(io->ctx) - start : 1e300;
     return rc;

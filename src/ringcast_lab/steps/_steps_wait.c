@@ -1,20 +1,19 @@
-/* _protocol_wait.c: EventCount, the eventcount's words at fixed addresses with the core's
+/* _steps_wait.c: EventCount, the eventcount's words at fixed addresses with the core's
  * eventcount steps (rc_wait.c: ParkSnapshot .. NotifyWake, each with its tracepoint) as methods,
- * part of the ringcast._protocol binding (included by _protocol.c). For tests and tools
- * (tools/bench_wake.py, tests/test_atomics.py): an endpoint's waits and notifies are the core's
- * own, on its pinned mapping. The addresses must stay mapped while the object is used. */
+ * part of ringcast_lab._steps (included by _steps.c). For tests and tools (tests/test_atomics.py):
+ * an endpoint's waits and notifies are the core's own, on its pinned mapping. The addresses must
+ * stay mapped while the object is used. */
 
 typedef struct {
     PyObject_HEAD
     uint32_t *seq, *waiters;
-    PyObject *counters; /* a Counters */
+    rc_counters counters; /* the steps' parks and wakeups */
 } EventCountObject;
 
 static PyTypeObject *EventCountType;
 
 /* the interface of a bare eventcount: only the futex */
-static const rc_iface ec_io = {NULL, NULL, NULL, NULL, NULL, cur_futex_wait, cur_futex_wake, NULL,
-                               NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const rc_iface ec_io = {.futex_wait = side_futex_wait, .futex_wake = side_futex_wake};
 
 static int
 get_addr(PyObject *obj, uint32_t **out)
@@ -33,38 +32,17 @@ get_addr(PyObject *obj, uint32_t **out)
 static int
 ec_init(EventCountObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"seq_addr", "waiters_addr", "counters", NULL};
-    PyObject *seq, *waiters, *counters;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!:EventCount", names, &seq, &waiters, CountersType, &counters))
+    static char *names[] = {"seq_addr", "waiters_addr", NULL};
+    PyObject *seq, *waiters;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:EventCount", names, &seq, &waiters))
         return -1;
-    if (get_addr(seq, &self->seq) < 0 || get_addr(waiters, &self->waiters) < 0)
-        return -1;
-    Py_INCREF(counters);
-    Py_XSETREF(self->counters, counters);
-    return 0;
-}
-
-static int
-ec_traverse(EventCountObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->counters);
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-static int
-ec_tp_clear(EventCountObject *self)
-{
-    Py_CLEAR(self->counters);
-    return 0;
+    return get_addr(seq, &self->seq) < 0 || get_addr(waiters, &self->waiters) < 0 ? -1 : 0;
 }
 
 static void
 ec_dealloc(EventCountObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->counters);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -74,7 +52,7 @@ static int
 ec_side(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *sig, rc_side *s)
 {
     if (self->seq == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "this EventCount was never initialised: EventCount(seq_addr, waiters_addr, counters)");
+        PyErr_SetString(PyExc_RuntimeError, "this EventCount was never initialised: EventCount(seq_addr, waiters_addr)");
         return -1;
     }
     if (nargs != want) {
@@ -87,7 +65,7 @@ ec_side(EventCountObject *self, PyObject *const *args, Py_ssize_t nargs, Py_ssiz
         return -1;
     memset(s, 0, sizeof *s);
     s->io = &ec_io;
-    s->counters = &((CountersObject *)self->counters)->c;
+    s->counters = &self->counters;
     s->side = (int)side;
     s->index = (size_t)index;
     return 0;
@@ -215,22 +193,21 @@ static PyGetSetDef ec_getset[] = {
 };
 
 static PyMemberDef ec_members[] = {
-    {"counters", T_OBJECT, offsetof(EventCountObject, counters), READONLY, "the side's counters"},
+    {"parks", T_ULONGLONG, offsetof(EventCountObject, counters.parks), READONLY, "ParkSleep steps taken"},
+    {"wakeups", T_ULONGLONG, offsetof(EventCountObject, counters.wakeups), READONLY, "NotifyWake steps taken"},
     {NULL},
 };
 
 static PyType_Slot ec_slots[] = {
-    {Py_tp_doc, "EventCount(seq_addr, waiters_addr, counters): the parking protocol's words at fixed addresses (ringcast.waiting)."},
+    {Py_tp_doc, "EventCount(seq_addr, waiters_addr): the parking protocol's words at fixed addresses (ringcast.waiting)."},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_init, ec_init},
     {Py_tp_dealloc, ec_dealloc},
-    {Py_tp_traverse, ec_traverse},
-    {Py_tp_clear, ec_tp_clear},
     {Py_tp_methods, ec_methods},
     {Py_tp_getset, ec_getset},
     {Py_tp_members, ec_members},
     {0, NULL},
 };
 
-static PyType_Spec ec_spec = {"ringcast._protocol.EventCount", sizeof(EventCountObject), 0,
-                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, ec_slots};
+static PyType_Spec ec_spec = {.name = "ringcast_lab._steps.EventCount", .basicsize = sizeof(EventCountObject),
+                              .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, .slots = ec_slots};
