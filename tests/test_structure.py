@@ -43,7 +43,8 @@ PKG = SRC / "ringcast"
 LAB = SRC / "ringcast_lab"
 PACKAGES = ("ringcast", "ringcast_lab")
 #: the C extensions, by module name: the folder of their sources
-EXTENSIONS = {"ringcast._protocol": PKG / "binding", "ringcast._atomics": PKG / "binding", "ringcast_lab._litmus": LAB / "litmus"}
+EXTENSIONS = {"ringcast._protocol": PKG / "binding", "ringcast._atomics": PKG / "binding", "ringcast_lab._litmus": LAB / "litmus",
+              "ringcast_lab._steps": LAB / "steps"}
 MAX_LINES = 500
 
 
@@ -124,7 +125,7 @@ def test_the_runtime_holds_no_lab_code():
     assert not names & {"trace", "stress", "bench", "tlc", "cli.py", "_bundled", "induction", "litmus"}, names
     assert not [p.name for p in PKG.rglob("*") if "litmus" in p.name], "litmus code in the runtime"
     assert {p.parent.name for p in PKG.rglob("*.[ch]")} == {"core", "binding"}
-    assert {p.parent for p in LAB.rglob("*.[ch]")} == {LAB / "litmus"}
+    assert {p.parent for p in LAB.rglob("*.[ch]")} == {LAB / "litmus", LAB / "steps"}  # the lab's: litmus, single steps
     for mod, folder in EXTENSIONS.items():
         assert (folder / (mod.rpartition(".")[2] + ".c")).is_file(), mod
 
@@ -262,7 +263,7 @@ LAYERS = [
     ["identity", "headroom", "locator", "shm"],  # segment
     ["steps", "layout", "atomics", "ring", "pages", "waiting", "endpoint", "arena"],  # protocol
     ["pickling", "framing", "wire", "remote", "sealing", "fanout", "channel"],  # transport
-    ["handshake", "roles", "groups", "lifetime", "compat", "queue"],  # front
+    ["handshake", "roles", "groups", "lifetime", "compat", "outgoing", "queue"],  # front
     ["torch"],
     [""],  # the package itself: its public names
 ]
@@ -305,18 +306,20 @@ def test_the_tlc_library_imports_nothing_of_the_protocol():
     assert not bad, bad
 
 
-#: the C extension with the ring's and the eventcount's steps (one translation unit), and the
-#: names of its methods
+#: the runtime's C extension (one translation unit: the endpoints, which run whole sequences), and
+#: the names of its methods; the single steps are the lab's test extension's (ringcast_lab._steps)
 PROTOCOL_C = c_unit(PKG / "binding" / "_protocol.c")
 C_METHODS = set(re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)', PROTOCOL_C, flags=re.M))
+STEPS_C = c_unit(LAB / "steps" / "_steps.c")
+STEP_METHODS = set(re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)', STEPS_C, flags=re.M))
 #: the extension's private types (``_protocol._WriterSteps``): they exist to be subclassed by the
 #: modules that import it (ring.py, endpoint.py)
 C_TYPES = set(re.findall(r'"ringcast\._protocol\.(_\w+)"', PROTOCOL_C))
 
 
 def _ring_steps() -> set[str]:
-    """The ring's steps: the ``_writer_*`` / ``_reader_*`` methods of ringcast._protocol's cursors."""
-    return {n for n in C_METHODS if n.startswith(("_writer_", "_reader_"))}
+    """The ring's steps: the ``_writer_*`` / ``_reader_*`` methods of the lab's single-step types."""
+    return {n for n in STEP_METHODS if n.startswith(("_writer_", "_reader_"))}
 
 
 def _wraps_protocol(path: Path) -> bool:
@@ -328,14 +331,17 @@ def _wraps_protocol(path: Path) -> bool:
 
 def test_the_steps_are_read_from_the_c_code():
     assert {"_writer_claim", "_writer_publish", "_reader_copy", "_reader_ack"} <= _ring_steps()
-    assert {"_park_announce", "_notify_load_waiters", "notify"} <= C_METHODS
-    # ring, waiting and endpoint wrap its types; steps checks that it is built and keeps the hook in it
-    assert {m for m, p in MODS.items() if _wraps_protocol(p)} == {"ringcast.ring", "ringcast.waiting", "ringcast.endpoint", "ringcast.steps"}
+    assert {"_park_announce", "_notify_load_waiters", "notify", "_park_recheck"} <= STEP_METHODS
+    # the runtime's extension has production entry points only: no single step, no EventCount
+    assert not {n for n in C_METHODS if n.startswith(("_writer_", "_reader_", "_park_", "_notify_"))} | {"notify"} & C_METHODS
+    assert "ringcast._protocol.EventCount" not in PROTOCOL_C and "\"_plant\"" not in PROTOCOL_C
+    # waiting and endpoint wrap its types; steps checks that it is built and keeps the hook in it
+    assert {m for m, p in MODS.items() if _wraps_protocol(p)} == {"ringcast.waiting", "ringcast.endpoint", "ringcast.steps"}
 
 
 def _c_step_functions() -> dict[str, str]:
     """{C function: the ring step (method name) it is} from the cursors' method tables."""
-    return {fn: name for name, fn in re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)(\w+),', PROTOCOL_C, flags=re.M)
+    return {fn: name for name, fn in re.findall(r'^\s*\{"(\w+)", \(PyCFunction\)(\w+),', STEPS_C, flags=re.M)
             if name in _ring_steps()}
 
 
@@ -371,7 +377,7 @@ def test_no_module_of_the_package_calls_the_ring_steps():
     """The cursors' step methods are for tests and tools: the endpoints take the steps in their core."""
     steps = _ring_steps()
     assert {"_writer_claim", "_writer_publish", "_reader_copy", "_reader_ack", "_writer_evict"} <= steps
-    callers = {m for m, p in MODS.items() if m != "ringcast.ring" and _step_calls(p, steps)}
+    callers = {m for m, p in MODS.items() if _step_calls(p, steps)}
     assert callers == set(), callers
 
 
@@ -477,9 +483,9 @@ def test_the_harness_touches_no_private_names():
     """The stateful harness (tests/stateful) reaches no further into the package than the
     package's own modules do (ringcast_lab.trace is one of them: the test above): no ``mq._endpoint``,
     ``run._fail`` from another module. The planted bugs (variants.py) subclass the ring's
-    endpoints and cursors and the arena's sides and reorder their real steps: they may use the
-    private names ringcast.ring, ringcast.endpoint and ringcast.arena define, nothing else."""
-    planted = _private_names("ringcast.ring", "ringcast.endpoint", "ringcast.arena")
+    endpoints and the arena's sides and reorder their real steps: they may use the private names
+    ringcast.endpoint and ringcast.arena define, nothing else."""
+    planted = _private_names("ringcast.endpoint", "ringcast.arena")
     bad = {}
     for p in sorted((ROOT / "tests" / "stateful").glob("*.py")):
         found = foreign_private_access(p.read_text(), planted if p.name == "variants.py" else set())

@@ -167,7 +167,7 @@ def test_an_exception_between_the_arena_placement_and_the_publish_gives_the_slot
     Now the slot is given back and the next message gets it."""
     np = pytest.importorskip("numpy")
     import ringcast.framing
-    import ringcast.queue
+    import ringcast.outgoing
 
     w = MessageQueue(1, 1, tensor_arena_bytes=2 << 20, tensor_arena_slots=1)
     r = MessageQueue.create_from_handle(w.export_handle(), 0)
@@ -179,7 +179,7 @@ def test_an_exception_between_the_arena_placement_and_the_publish_gives_the_slot
             orig(*a, **kw)
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(ringcast.queue, "frame", frame)
+        monkeypatch.setattr(ringcast.outgoing, "frame", frame)
         with pytest.raises(KeyboardInterrupt):
             w.enqueue(np.ones(1 << 17), timeout=_T)  # 1 MiB: placed in the slot
         monkeypatch.undo()

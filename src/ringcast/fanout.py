@@ -190,7 +190,7 @@ class PeerSocket(Readmitting):
     def send(self, data, flags: int = 0, copy: bool = True, track: bool = False) -> None:
         """One frame of a message; the message goes out (to every admitted connection) with its
         last frame. An exception leaves the rest of it to the next call, which finishes it first:
-        a call with the same last frame again (wire.Pending.send resumes that way) only
+        a call with the same last frame again (outgoing.OutgoingMessage.send resumes that way) only
         finishes it. So only an exception between ZeroMQ taking a frame and this counting it
         sends a frame twice (that peer's message is then torn: its reader refuses it)."""
         fan = self._fan

@@ -32,7 +32,8 @@ from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
 from .fanout import io_threads
 from .framing import MARK_INLINE, Pickler, Unpickler, frame
-from .wire import WIRE_PART, Outbox, Pending
+from .outgoing import OutgoingMessage
+from .wire import WIRE_PART, Outbox
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
@@ -174,7 +175,8 @@ class MessageQueue(QueueRole):
         self._unpickler = Unpickler()
         self._pickler = Pickler()
         self._outbox = Outbox()  # the writer's message numbers and wire buffers
-        self._remote_owed = None  # the wire.Pending whose remote send an exception cut short
+        self._remote_owed = None  # the OutgoingMessage whose remote send an exception cut short
+        self._sealer = None  # remote_security="aes-gcm": the remote socket's ringcast.sealing.Sealer
         self._observer = None  # once the role is known: a WriterObserver, ReaderObserver or (remote) QueueObserver
         self._auth = None
         self._ready = False
@@ -314,52 +316,24 @@ class MessageQueue(QueueRole):
                 if main_len >= self._pages.floor:  # every chunk has floor bytes reserved
                     self._pages.reserve_next(ep, main_len + 1)
                 ep.publish((MARK_INLINE, *parts), timeout)  # = frame()'s inline case, one call less (~0.15 us)
-            else:
-                self._publish_and_send(ep, parts, main_len, bufs, size, timeout)
+            else:  # the abort rule's transaction: outgoing.OutgoingMessage
+                msg = OutgoingMessage(self._arena)
+                if self.n_remote_reader:
+                    self._remote_owed = msg  # owed until sent (nothing to send if it is dropped)
+                mcb = 0 if ep is None else self.buffer.max_chunk_bytes
+                if msg.commit(ep, self._pages, parts, main_len, bufs, size, timeout, max_chunk_bytes=mcb, outbox=self._outbox,
+                              remote=bool(self.n_remote_reader), sealer=self._sealer):
+                    self._overflows += 1
+                if self._remote_owed is not None:
+                    self._send_remote()
             self._messages += 1
             self._bytes += size
         finally:
             self._busy -= 1
 
-    def _publish_and_send(self, ep, parts, main_len, bufs, size, timeout) -> None:
-        """Publish to local readers (if any), then send to remote ones (if any). The remote send
-        is owed (``_remote_owed``) from before the publish: a message dropped unpublished cancels
-        it (``Pending.drop``, with its arena slots), one published keeps it owed and the next
-        ``enqueue`` sends it first: remote readers get what local ones get (issue 37 point 5)."""
-        overflow, arena, entered = None, self._arena, False
-        msg = Pending(arena)
-        try:
-            if ep is None:
-                chunk = None
-            elif not bufs and main_len < self.buffer.max_chunk_bytes:
-                chunk = (MARK_INLINE, *parts)
-            else:
-                chunk, overflow = frame(parts, main_len, bufs, size, self.buffer.max_chunk_bytes, self._outbox,
-                                        None if arena is None else msg)
-            if ep is not None and (n := sum(p.nbytes if type(p) is memoryview else len(p) for p in chunk)) > self._pages.floor:
-                self._pages.reserve_next(ep, n)  # ShmSpaceError: dropped below, its arena slots given back
-            if self.n_remote_reader:  # aes-gcm: sealed now, from the caller's buffers (the seal is their copy)
-                wire = overflow if overflow is not None else self._outbox.frames(parts, main_len, bufs, size, lend=self._sealer is not None)
-                msg.wire = wire if self._sealer is None else self._sealer.seal(wire)
-                self._remote_owed = msg
-            if ep is not None:
-                entered = True
-                ep.publish(chunk, timeout, overflow, unpublished=msg.drop)
-        except BaseException:
-            if not entered:  # the endpoint never saw it: nothing of it is out
-                msg.drop()
-            raise
-        msg.slots = None  # published: the readers' now
-        if overflow is not None:
-            self._overflows += 1
-        if self._remote_owed is not None:
-            self._send_remote()
-
     def _send_remote(self) -> None:
-        """Send the rest of the owed remote message (``Pending.send``), then owe nothing."""
-        msg = self._remote_owed
-        if msg.wire is not None:
-            msg.send(self.remote_socket.send)
+        """Send the rest of the owed remote message (``OutgoingMessage.send``), then owe nothing."""
+        self._remote_owed.send(self.remote_socket.send)
         self._remote_owed = None
 
     @contextmanager

@@ -4,7 +4,7 @@ What goes to remote readers and to local readers' overflow socket (the format is
 :mod:`ringcast.framing`'s module docstring, which also reads it back): the head
 (:data:`WIRE_HEAD`), the pickle and each out-of-band buffer, a frame in several parts where a
 large ``bytes`` goes by reference or (CURVE remote readers) a large piece goes in parts of
-:data:`WIRE_PART` bytes. :class:`Outbox` lays a message out, :class:`Pending` sends it.
+:data:`WIRE_PART` bytes. :class:`Outbox` lays a message out (``ringcast.outgoing`` sends it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import weakref
 
 import zmq
 
-__all__ = ["WIRE_HEAD", "WIRE_PART", "OWNED_MIN", "BYREF_MIN", "Buffers", "Outbox", "Pending", "nbytes"]
+__all__ = ["WIRE_HEAD", "WIRE_PART", "OWNED_MIN", "BYREF_MIN", "SNDMORE", "Buffers", "Outbox", "nbytes"]
 
 #: the head of a message's first wire part: its sequence number, its number of parts (ZeroMQ
 #: frames) and of frames (the pickle and each buffer); parts > frames: a frame was sent in several
@@ -30,48 +30,7 @@ OWNED_MIN = 128 * 1024
 #: zero-copy frame is let go by pyzmq's collector thread, which must take the GIL from the
 #: writer; at 64 KiB that cost more than the two copies (enqueue p50 111 -> 190 us, load ~4.5)
 BYREF_MIN = 128 * 1024
-_SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
-
-
-class Pending:
-    """One message between its framing and its publish: the tensor-arena slots it filled
-    (``slots``, given to :func:`~ringcast.framing.frame` as its ``placement``) and its wire frames for remote
-    readers (``wire``, with ``sent`` of them sent so far). :meth:`drop` (the message will never
-    be published: the ``unpublished`` callback of
-    :meth:`~ringcast.endpoint.WriterEndpoint.publish`, or an exception before the publish) gives
-    the slots back, once, and cancels the remote send; a message that was published keeps both
-    (its remote send is owed until it is done)."""
-
-    __slots__ = ("arena", "slots", "wire", "sent")
-
-    def __init__(self, arena) -> None:
-        self.arena = arena
-        self.slots = None
-        self.wire = None
-        self.sent = 0
-
-    def send(self, send) -> None:
-        """Send the wire frames not sent yet with ``send(frame, flags, copy=True)`` (a
-        :class:`~ringcast.fanout.PeerSocket`'s: it sends the topic and the frames to each remote
-        reader once it has the last frame). Each is counted as soon as the socket took it, so an
-        exception leaves the rest to the next call: the multipart message goes on where it
-        stopped, never restarts or interleaves with the next (the socket finishes a message cut
-        short when it is handed the same last frame again). This holds for an exception anywhere
-        but between ZeroMQ taking a frame and the count: that frame then goes out twice, and
-        remote readers refuse that torn message (its head counts its frames) with a PayloadError
-        and go on with the next."""
-        wire = self.wire
-        last = len(wire) - 1
-        while self.sent <= last:
-            k = self.sent
-            send(wire[k], _SNDMORE if k < last else 0, copy=True)
-            self.sent = k + 1
-
-    def drop(self) -> None:
-        self.wire = None
-        slots, self.slots = self.slots, None
-        if slots is not None:
-            self.arena.unplace(slots)
+SNDMORE = int(zmq.SNDMORE)  # a plain int: IntFlag arithmetic costs ~0.5 us
 
 
 class Buffers:
