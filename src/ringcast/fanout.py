@@ -86,6 +86,19 @@ class Upstream(list):
     __slots__ = ("peer",)
 
 
+class Fan:
+    """One message on its way to the admitted connections, where an exception may cut it short:
+    its ``frames`` (after the routing id), the ``peers`` it goes to, the next of them (``peer``,
+    an index) and that peer's next frame (``frame``: 0 the routing id, k frame k - 1), and the
+    caller's ``last`` frame (None: nothing to resume), by which a resumed send is recognised."""
+
+    __slots__ = ("frames", "peers", "peer", "frame", "last")
+
+    def __init__(self, frames: list, peers: list, last) -> None:
+        self.frames, self.peers, self.last = frames, peers, last
+        self.peer = self.frame = 0
+
+
 class PeerSocket(Readmitting):
     """The writer's ROUTER with its topic (module docstring). ``send``/``send_multipart`` send a
     message to every admitted connection; ``recv_multipart`` returns :class:`Upstream` messages,
@@ -107,9 +120,8 @@ class PeerSocket(Readmitting):
         self._served: dict[bytes, int] = {}  # admitted connections -> their upstream messages
         self._others: dict[bytes, int] = {}  # the rest (dropped ones too), oldest first
         self._out: list = []  # frames of the message being sent: a message goes to each peer whole
-        #: The message going out (or cut short by an exception): [frames after the routing id,
-        #: peers, next peer, its next frame, the caller's last frame (None: nothing to resume)].
-        self._fan: list | None = None
+        #: the message going out, or cut short by an exception (None: none)
+        self._fan: Fan | None = None
         self.readmit = False  # as TopicSocket's: admit late subscriptions before a message
         self.ready_again = False  # after the handshake: send READY to a connection admitted late
         self._next_readmit = 0.0
@@ -183,7 +195,7 @@ class PeerSocket(Readmitting):
         """One whole message to ``peer`` (an exception leaves the rest to the next send)."""
         if self._fan is not None:  # an exception cut the last one short (in the handshake)
             self._flush()
-        self._fan = [list(frames), [peer], 0, 0, None]
+        self._fan = Fan(list(frames), [peer], None)
         self._flush()
 
     # -- downstream -----------------------------------------------------------------------------
@@ -196,7 +208,7 @@ class PeerSocket(Readmitting):
         fan = self._fan
         if fan is not None:
             self._flush()
-            if data is fan[4]:
+            if data is fan.last:
                 return
         if not self._out and self.readmit:
             self._readmit()
@@ -208,7 +220,7 @@ class PeerSocket(Readmitting):
         frames = [self.topic + first, *out[1:]] if type(first) is bytes and len(first) < SHARE_MIN else [self.topic, *out]
         if len(self._served) > 1:  # a long bytes frame copied once into ZeroMQ, not once per peer
             frames = [zmq.Frame(f, copy=True) if type(f) is bytes and len(f) >= SHARE_MIN else f for f in frames]
-        self._fan = [frames, list(self._served), 0, 0, data]
+        self._fan = Fan(frames, list(self._served), data)
         self._flush()
 
     def send_multipart(self, frames, copy: bool = True) -> None:
@@ -220,7 +232,7 @@ class PeerSocket(Readmitting):
         """Send the message in ``_fan`` on from where it stopped: peer by peer, frame by frame
         (routing id, then its frames), each counted once ZeroMQ took it."""
         fan = self._fan
-        frames, peers, i, k = fan[0], fan[1], fan[2], fan[3]
+        frames, peers, i, k = fan.frames, fan.peers, fan.peer, fan.frame
         last = len(frames)
         send = self.sock.send
         while i < len(peers):
@@ -231,14 +243,14 @@ class PeerSocket(Readmitting):
                     if e.errno != zmq.EHOSTUNREACH:
                         raise
                     self._served.pop(peers[i], None)  # gone: forgotten
-                    i = fan[2] = i + 1
+                    i = fan.peer = i + 1
                     continue
-                k = fan[3] = 1
+                k = fan.frame = 1
             while k < last:
                 send(frames[k - 1], _SNDMORE, copy=True)
-                k = fan[3] = k + 1
+                k = fan.frame = k + 1
             send(frames[k - 1], 0, copy=True)
-            i, k = fan[2], fan[3] = i + 1, 0
+            i, k = fan.peer, fan.frame = i + 1, 0
         self._fan = None
 
     def poll(self, timeout=None, flags=zmq.POLLIN) -> int:

@@ -126,23 +126,24 @@ class Outbox:
         pieces = [_pieces(parts, WIRE_HEAD.size + table), *[_pieces((b,), 0) for b in bufs]]
         counts = [sum(_count(p, step) for p in ps) for ps in pieces]
         if sum(counts) == nf:  # one part per frame: no parts table
-            pieces[0][0][2] -= table
+            pieces[0][0].n -= table
             head = WIRE_HEAD.pack(self.seq, nf, nf)
         else:
             head = WIRE_HEAD.pack(self.seq, sum(counts), nf) + struct.pack(f"<{nf}I", *counts)
-        pieces[0][0][1].insert(0, head)
+        pieces[0][0].objs.insert(0, head)
         if lend:  # a large run of one object: a view (in parts like any piece), never copied here
             for ps in pieces:
                 for p in ps:
-                    if not p[0] and p[2] >= OWNED_MIN and len(p[1]) == 1:
-                        p[0] = None
-        owned = sum(n for ps in pieces for by_ref, _, n in ps if by_ref is False and n >= OWNED_MIN)
+                    if p.how is COPY and p.n >= OWNED_MIN and len(p.objs) == 1:
+                        p.how = LENT
+        owned = sum(p.n for ps in pieces for p in ps if p.how is COPY and p.n >= OWNED_MIN)
         entry = self.buffers.take(owned) if owned else None
         mv = memoryview(entry[0]) if owned else None
         out, off = [], 0
         for k, ps in enumerate(pieces):
-            for by_ref, objs, n in ps:
-                if by_ref is not False:  # immutable: ZeroMQ may send it after enqueue returned; None: lent, sealed before
+            for piece in ps:
+                how, objs, n = piece.how, piece.objs, piece.n
+                if how is not COPY:  # BYREF, immutable: ZeroMQ may send it after enqueue returned; LENT: sealed before
                     src = memoryview(objs[0])
                 elif n < OWNED_MIN:
                     out.append(b"".join(objs) if k == 0 else zmq.Frame(objs[0], copy=True))
@@ -156,7 +157,7 @@ class Outbox:
                 size = step if step and n > step else n
                 for start in range(0, n, size):
                     view = src[start : start + size]
-                    out.append(view if by_ref is None else zmq.Frame(view, copy=False) if by_ref else Buffers.lend(entry, view))
+                    out.append(view if how is LENT else zmq.Frame(view, copy=False) if how is BYREF else Buffers.lend(entry, view))
         return out
 
 
@@ -165,28 +166,42 @@ def nbytes(b) -> int:
     return b.nbytes if type(b) is memoryview else len(b)
 
 
+#: how a piece goes to ZeroMQ: copied (into an owned buffer or a frame of its own), by
+#: reference (an immutable bytes), or lent (a view the caller seals before it returns)
+COPY, BYREF, LENT = "copy", "byref", "lent"
+
+
+class _Piece:
+    """A run of a frame's objects (``objs``, ``n`` bytes in all) that goes to ZeroMQ one way (``how``)."""
+
+    __slots__ = ("how", "objs", "n")
+
+    def __init__(self, how: str, objs: list, n: int) -> None:
+        self.how, self.objs, self.n = how, objs, n
+
+
 def _pieces(objs, first: int) -> list:
-    """A frame's pieces, ``[by reference, objects, bytes]``: each ``bytes`` of at least BYREF_MIN
-    bytes by reference, the runs between them copied; ``first`` bytes (the head) come first."""
+    """A frame's pieces: each ``bytes`` of at least BYREF_MIN bytes by reference, the runs
+    between them copied; ``first`` bytes (the head) come first."""
     out, run, n = [], [], first
     for p in objs:
         m = nbytes(p)
         if type(p) is bytes and m >= BYREF_MIN:
             if n:
-                out.append([False, run, n])
-            out.append([True, [p], m])
+                out.append(_Piece(COPY, run, n))
+            out.append(_Piece(BYREF, [p], m))
             run, n = [], 0
         else:
             run.append(p)
             n += m
     if n or not out:
-        out.append([False, run, n])
+        out.append(_Piece(COPY, run, n))
     return out
 
 
-def _count(piece: list, step: int) -> int:
+def _count(piece: _Piece, step: int) -> int:
     """The parts a piece goes in: a large one in parts of ``step`` bytes (0: whole)."""
-    n = piece[2]
-    return -(-n // step) if step and n > step and (piece[0] or n >= OWNED_MIN) else 1
+    n = piece.n
+    return -(-n // step) if step and n > step and (piece.how is BYREF or n >= OWNED_MIN) else 1
 
 
