@@ -5,7 +5,7 @@ only on whether the publish let something out (the protocol core's decision, whi
 by calling ``unpublished``). The collaborators are stand-ins that record what was done to them
 and raise where a test says; the end-to-end paths (real rings, arenas and sockets, an exception
 at every step point of the writer) are tests/test_endpoint.py's, tests/test_arena.py's and
-tests/test_wire_exceptions.py's."""
+tests/remote/test_wire_exceptions.py's."""
 
 from __future__ import annotations
 
