@@ -1,6 +1,6 @@
 """The text of a C translation unit of the package: a ``.c`` file with the ``#include "x.c"`` files
-beside it expanded in place (``_protocol.c`` includes ``_protocol_cursor.c``, ``_protocol_ring.c``,
-``_protocol_wait.c`` and ``_protocol_endpoint.c``, and ``core/rc_core.c``, which includes the core's parts). Headers (``.h``) stay as they are: they hold no step."""
+beside it expanded in place (``_protocol.c`` includes ``_protocol_side.c``, ``_protocol_counters.c``
+and ``_protocol_endpoint.c``, and ``core/rc_core.c``, which includes the core's parts). Headers (``.h``) stay as they are: they hold no step."""
 
 from __future__ import annotations
 

@@ -38,11 +38,11 @@ def test_import_without_an_extension_says_how_to_build_it(ext):
 def test_the_eventcount_rmw_keeps_its_arithmetic():
     """ParkAnnounce / ParkRetire (the seq_cst RMW, then the F6W fence) add and subtract one, and
     NotifyLoadWaiters (F6N, then the load) reads the count."""
-    from ringcast.waiting import Counters, EventCount
+    from ringcast_lab._steps import EventCount
 
     buf = bytearray(8)
     seq, waiters = atomics.address_of(buf), atomics.address_of(buf) + 4
-    ec = EventCount(seq, waiters, Counters())
+    ec = EventCount(seq, waiters)
     assert ec._notify_load_waiters("writer", 0) == 0
     ec._park_announce("writer", 0)
     ec._park_announce(0, 0)
@@ -52,18 +52,18 @@ def test_the_eventcount_rmw_keeps_its_arithmetic():
     ec._park_retire(0, 0)  # one too many: wraps like the C uint32_t
     assert atomics.load_u32(waiters) == 0xFFFFFFFF and ec._park_snapshot(0, 0) == 0
     ec.wake_all()  # seq += 1, nobody asleep
-    assert ec._park_snapshot(0, 0) == 1 and ec.counters.wakeups == 0
+    assert ec._park_snapshot(0, 0) == 1 and ec.wakeups == 0
 
 
 def test_park_sleep_checks_its_timeout_and_returns_when_the_word_moved():
-    from ringcast.waiting import Counters, EventCount
+    from ringcast_lab._steps import EventCount
 
     buf = bytearray(8)
-    ec = EventCount(atomics.address_of(buf), atomics.address_of(buf) + 4, Counters())
+    ec = EventCount(atomics.address_of(buf), atomics.address_of(buf) + 4)
     for bad in (float("nan"), -1.0, float("inf")):
         with pytest.raises(ValueError, match="finite number of seconds"):
             ec._park_sleep(0, 0, 0, bad)
     # the word (0) is not the snapshot (1): futex_wait returns at once, "value differed", even with
     # a timeout longer than any sleep (capped, not refused: recheck_interval may be set that high)
     assert ec._park_sleep(0, 0, 1, 1e12) == 1 and ec._park_sleep(0, 0, 1, 0.0) == 1
-    assert ec.counters.parks == 2
+    assert ec.parks == 2

@@ -381,8 +381,8 @@ FENCE_TAG = re.compile(r"/\*\s*(F\d+[WN]?)\b")
 #: whose fences are copies of these points, nor _atomics.c's fence(), which arena.py calls: its
 #: points are arena.py's, nor the header, which defines the primitives, nor the planted-bug test
 #: build's variants, rc_planted.c); the CPython binding (_protocol*.c) has none
-FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", *(f"binding/_protocol{p}.c" for p in (
-           "_ring", "_endpoint", "_wait", "_cursor", "")))
+FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", "core/rc_single.c", *(f"binding/_protocol{p}.c" for p in (
+           "_side", "_counters", "_endpoint", "_sides", "")))
 
 
 def code_fences() -> dict[str, str]:

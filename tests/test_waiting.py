@@ -127,8 +127,12 @@ def test_idle_busy_transitions_deliver_everything(monkeypatch):
 
 
 def _publish_unnotified(w: WriterEndpoint, payload: bytes) -> None:
-    """The writer's single steps for one message to reader 0, without the notify."""
-    c = w.cursor
+    """The writer's single steps (the lab's, at the endpoint's chunk) for one message to reader 0,
+    without the notify."""
+    from ringcast_lab._steps import WriterSteps
+
+    c = WriterSteps(w.ring)
+    c.index = w.index
     assert c._writer_claim()
     c._writer_clear_written()
     c._writer_write_payload((payload,))

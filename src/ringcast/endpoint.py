@@ -87,6 +87,7 @@ endpoints do not know what the bytes mean; :mod:`ringcast.framing` does.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 from . import _protocol
@@ -269,11 +270,13 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     def _evicted_error(self, lost: str | None = "the copy is dropped") -> EvictedError:
         """What receive (and read_chunk, at the block's exit) raises when the writer evicted this
         reader while it read a chunk (``lost``: what is dropped), or (None) while it waited."""
-        when = "while it waited for a message;" if lost is None else (
-            f"while it read a chunk, which the writer may have refilled; {lost} and")
+        why = "(it judged its process dead: a PID namespace the writer cannot see into, or a stale pid)"
+        if lost is None:
+            return EvictedError(f"{self.what}: this reader (pid {os.getpid()}) was evicted by the writer {why} while it "
+                                "waited for a message; it receives nothing more: rejoin a new queue")
         return EvictedError(
-            f"{self.what}: the writer evicted this reader (it judged its process dead: a PID namespace the "
-            f"writer cannot see into, or a stale pid) {when} this reader receives nothing more: rejoin a new queue"
+            f"{self.what}: the writer evicted this reader {why} while it read a chunk, which the writer may have "
+            f"refilled; {lost} and this reader receives nothing more: rejoin a new queue"
         )
 
     @contextmanager

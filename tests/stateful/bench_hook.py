@@ -7,8 +7,8 @@ load its flag, copy, ack, NotifyLoadWaiters); one reader, a 64-byte message, nob
 step points.  The real classes (step hook None: one NULL test per C step, one is-None test per
 Python one) run against copies without any: the extension (the binding and the protocol core,
 src/ringcast/core/) compiled with ``-DRINGCAST_NO_TRACEPOINTS`` (a scratch build,
-:func:`notrace_protocol`), and ringcast/ring.py's, ringcast/waiting.py's and ringcast/endpoint.py's
-source recompiled on it (builds.py).  Trials alternate between the two so that
+:func:`notrace_protocol`), and ringcast/waiting.py's and ringcast/endpoint.py's source recompiled
+on it (builds.py).  Trials alternate between the two so that
 drift affects both; it prints the median ns per message of each, their difference, and the
 spread between trials of the same code (the noise).  test_bench_hook calls :func:`measure`.
 
@@ -35,11 +35,9 @@ except ImportError:  # run as a script: python tests/stateful/bench_hook.py
 
 CORE = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "core"
 _C_TEXT = "\n".join(p.read_text() for p in sorted(CORE.glob("rc_*.c")))  # the core's steps and waits
-#: the spec actions whose tracepoints the core has, by the Python module that wraps them
-C_ACTIONS = {
-    "ring": re.findall(r"/\* Spec: ((?:Writer|Reader)\w+)", _C_TEXT),
-    "waiting": re.findall(r"/\* Spec: ((?:Park|Notify)\w+)", _C_TEXT),
-}
+#: the spec actions whose tracepoints the core has, by the Python module that wraps them (the
+#: endpoints: the binding's only types that run steps)
+C_ACTIONS = {"endpoint": re.findall(r"/\* Spec: ((?:Writer|Reader|Park|Notify)\w+)", _C_TEXT)}
 
 
 def notrace_protocol():
@@ -64,7 +62,7 @@ class _Strip(ast.NodeTransformer):
 
 
 def stripped_module(mod, replace: dict | None = None):
-    """``mod`` (ringcast.ring, .waiting, .endpoint, .arena) recompiled without the hook checks, on
+    """``mod`` (ringcast.waiting, .endpoint, .arena) recompiled without the hook checks, on
     the C steps without tracepoints (:func:`notrace_protocol`); returns (module namespace, how
     many checks were removed: the Python ones and the C tracepoints). ``replace`` overrides names
     the module imported (the stripped classes of the modules below it)."""
@@ -74,15 +72,14 @@ def stripped_module(mod, replace: dict | None = None):
 
 
 def stripped(name: str):
-    """``ringcast.<name>`` (ring, waiting, endpoint, arena) without its hook checks: (namespace,
-    checks removed); the stripped endpoint is built on the stripped ring and waiting classes."""
+    """``ringcast.<name>`` (waiting, endpoint, arena) without its hook checks: (namespace,
+    checks removed); the stripped endpoint is built on the stripped waiting classes."""
     mod = importlib.import_module(f"ringcast.{name}")
     if name != "endpoint":
         return stripped_module(mod)
-    (rns, r1), (wns, r2) = stripped("ring"), stripped("waiting")
-    names = {k: rns[k] for k in ("RingWriter", "RingReader")} | {k: wns[k] for k in ("EventCount", "Counters", "Cancel", "WaitPolicy")}
-    ens, r3 = stripped_module(mod, names)
-    return ens, r1 + r2 + r3
+    wns, r1 = stripped("waiting")
+    ens, r2 = stripped_module(mod, {k: wns[k] for k in ("Counters", "Cancel", "WaitPolicy")})
+    return ens, r1 + r2
 
 
 def _copy64(view) -> bytes:

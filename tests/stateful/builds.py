@@ -1,12 +1,12 @@
 """Test builds of ringcast._protocol: the same sources (src/ringcast/binding/_protocol.c and the protocol
 core it includes) compiled with test-only ``-D`` switches, loaded beside the real module, and the
-Python modules over it (ring, waiting, endpoint) recompiled on that build, so that its endpoint
+Python modules over it (waiting, endpoint) recompiled on that build, so that its endpoint
 classes run the test build's core. setup.py never passes these switches; each build says which it
 has (``TRACEPOINTS``, ``PLANTED``).
 
 * ``RINGCAST_NO_TRACEPOINTS``: every tracepoint compiled out (bench_hook.py: what they cost);
-* ``RINGCAST_TEST_PLANTED``: the planted bugs of core/rc_planted.c, chosen per cursor with
-  ``_plant(cursor, name)`` (variants.py).
+* ``RINGCAST_TEST_PLANTED``: the planted bugs of core/rc_planted.c, chosen per endpoint with
+  the lab's test extension, ``ringcast_lab._steps._plant(endpoint, name)`` (variants.py).
 
 A build is compiled once per process, in a scratch directory removed once it is loaded."""
 
@@ -48,7 +48,7 @@ def protocol_build(*defines: str) -> types.ModuleType:
 
 
 def module_on(mod, build, replace: dict | None = None, transform=None) -> dict:
-    """``mod`` (ringcast.ring, .waiting, .endpoint ...) recompiled with ``build`` as its
+    """``mod`` (ringcast.waiting, .endpoint ...) recompiled with ``build`` as its
     ``_protocol`` (``from . import _protocol`` is dropped and the name given); ``replace``
     overrides names it imported, ``transform`` (an ast.NodeTransformer) edits it first. Its
     namespace."""
@@ -78,10 +78,9 @@ def module_on(mod, build, replace: dict | None = None, transform=None) -> dict:
 
 
 def endpoints_on(build) -> dict:
-    """ringcast.endpoint's namespace recompiled on ``build``, over ring and waiting recompiled on it."""
-    rns = module_on(importlib.import_module("ringcast.ring"), build)
+    """ringcast.endpoint's namespace recompiled on ``build``, over waiting recompiled on it."""
     wns = module_on(importlib.import_module("ringcast.waiting"), build)
-    names = {k: rns[k] for k in ("RingWriter", "RingReader")} | {k: wns[k] for k in ("EventCount", "Counters", "Cancel", "WaitPolicy")}
+    names = {k: wns[k] for k in ("Counters", "Cancel", "WaitPolicy")}
     return module_on(importlib.import_module("ringcast.endpoint"), build, names)
 
 

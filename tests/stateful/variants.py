@@ -24,13 +24,16 @@ class Planted:
     """A planted bug's endpoint factory (picklable: the harness hands it to its workers):
     ``Planted("writer", "reversed")(ring, policy)`` / ``Planted("reader", "skip")(ring, r, policy)``
     build the endpoint of the planted test build (builds.py: ``-DRINGCAST_TEST_PLANTED``, the
-    bugs of src/ringcast/core/rc_planted.c) and plant the bug in its cursor. The shipped build
+    bugs of src/ringcast/core/rc_planted.c) and plant the bug in it (the lab's test extension,
+    ``ringcast_lab._steps._plant``, sets the endpoint's core state). The shipped build
     has no planted code; the test build runs the same core with the bug's branch taken."""
 
     def __init__(self, side: str, name: str) -> None:
         self.side, self.name = side, name
 
     def __call__(self, ring, *args):
+        from ringcast_lab._steps import _plant
+
         from .builds import endpoints_on, forward_hook, protocol_build
 
         build = protocol_build("RINGCAST_TEST_PLANTED")
@@ -39,7 +42,7 @@ class Planted:
         forward_hook(build)
         ns = _planted_endpoints.setdefault(id(build), endpoints_on(build))
         ep = ns["WriterEndpoint" if self.side == "writer" else "ReaderEndpoint"](ring, *args)
-        build._plant(ep.cursor, self.name)
+        _plant(ep, self.name)
         return ep
 
     def __repr__(self) -> str:

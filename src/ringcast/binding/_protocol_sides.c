@@ -148,26 +148,26 @@ wep_get_owed(Endpoint *ep, void *closure)
 }
 
 /* unread_readers(): the live readers that have not read the chunk at the cursor (what a claim
- * waits for; the core's one scan, rc_writer_unread) */
+ * waits for; the core's one scan, rc_writer_unread). Not an entry point: the observer calls it
+ * from inside one (a timeout's message, the long-wait log), so it leaves the call's objects be. */
 static PyObject *
 wep_unread_readers(Endpoint *ep, PyObject *unused)
 {
-    Side *c = enter(ep);
-    uint8_t *mark = c == NULL ? NULL : PyMem_Malloc(c->layout.n_reader);
-    if (c != NULL && mark == NULL)
-        PyErr_NoMemory();
+    if (bound(ep) == NULL)
+        return NULL;
+    uint8_t *mark = PyMem_Malloc(ep->c.layout.n_reader);
     if (mark == NULL)
-        return c == NULL ? NULL : leave(ep, c, RC_ERR_RAISED, NULL);
-    int n = rc_writer_unread(&c->st.w, mark);
+        return PyErr_NoMemory();
+    int n = rc_writer_unread(&ep->c.st.w, mark); /* pins the mapping for its peeks */
     PyObject *out = n < 0 ? NULL : PyList_New(0);
-    for (uint32_t r = 0; out != NULL && r < c->layout.n_reader; r++) {
+    for (uint32_t r = 0; out != NULL && r < ep->c.layout.n_reader; r++) {
         PyObject *v = mark[r] == RC_UNREAD ? PyLong_FromUnsignedLong(r) : NULL;
         if (mark[r] == RC_UNREAD && (v == NULL || PyList_Append(out, v) < 0))
             Py_CLEAR(out);
         Py_XDECREF(v);
     }
     PyMem_Free(mark);
-    return leave(ep, c, out == NULL ? RC_ERR_RAISED : RC_OK, out);
+    return out;
 }
 
 /* live_readers: the readers whose flags the writer clears for each message (every one not evicted) */

@@ -1,6 +1,7 @@
 /* rc_core.c: the protocol core (rc_core.h has the picture): each side's per-message state
- * machine, every transition of a side in this file; the steps are rc_steps.c's, the eventcount and
- * the wait rc_wait.c's (included below: one translation unit, plain C, no CPython header).
+ * machine, every transition of a side in this file, with every decision of a side (each eviction:
+ * writer_idle, reader_idle); the steps are rc_steps.c's, the eventcount and the wait rc_wait.c's,
+ * single steps for tests rc_single.c's (included: one translation unit, plain C, no CPython header).
  *
  * The CPython extension (src/ringcast/binding/_protocol.c) includes this file; a model checker's harness
  * compiles it alone (issue 39: GenMC), with its own rc_iface. */
@@ -467,44 +468,4 @@ rc_reader_release(rc_reader *rd)
     return check_and_ack(rd, RC_OK, 0);
 }
 
-/* --------------------------------------------------------------------- single steps -- */
-
-int
-rc_step(rc_side *s, rc_action action, int arg, long *out)
-{
-    int v = 0, rc, writer = s->side == RC_WRITER;
-    rc_writer *w = (rc_writer *)s;
-    rc_reader *rd = (rc_reader *)s;
-    const uint8_t *data;
-    *out = 0;
-    if ((action == RC_WriterClearReadFlag || action == RC_WriterEvict) && (arg < 0 || (uint32_t)arg >= s->layout->n_reader))
-        return fail(s, RC_ERR_STATE);
-    switch (writer ? action : RC_N_ACTIONS + action) {
-    case RC_WriterClaim: rc = writer_claim(w, &v); break;
-    case RC_WriterClearWritten: rc = writer_clear_written(w); break;
-    case RC_WriterClearReadFlag: rc = writer_clear_read_flag(w, (uint32_t)arg); break;
-    case RC_WriterPublish: rc = writer_publish(w); break;
-    case RC_WriterEvict: rc = writer_evict(w, (uint32_t)arg); break;
-    case RC_WriterSendOverflow: rc = send_overflow(w); break;
-    case RC_ParkRecheck:
-    case RC_N_ACTIONS + RC_ParkRecheck: /* its tracepoint, then the side's look */
-        if ((rc = trace(s, RC_ParkRecheck, RC_NO_READER)) == RC_OK)
-            rc = writer ? writer_ready(s, &v) : reader_ready(s, &v);
-        break;
-    case RC_N_ACTIONS + RC_ReaderRecvOverflow: rc = recv_overflow(rd); break;
-    case RC_N_ACTIONS + RC_ReaderLoadWritten: rc = reader_load_written(rd, &v); break;
-    case RC_N_ACTIONS + RC_ReaderLoadReadFlag: rc = reader_load_read_flag(rd, &v); break;
-    case RC_N_ACTIONS + RC_ReaderCopy: rc = reader_copy(rd, &data); break;
-    case RC_N_ACTIONS + RC_ReaderCheckEvicted: rc = reader_check_evicted(rd, &v); break;
-    case RC_N_ACTIONS + RC_ReaderAck: rc = reader_ack(rd); break;
-    default: return fail(s, RC_ERR_STATE);
-    }
-    *out = v;
-    return rc;
-}
-
-int
-rc_step_payload(rc_writer *w, const rc_parts *parts, size_t *written)
-{
-    return writer_write_payload(w, parts, written);
-}
+#include "rc_single.c"
