@@ -3,7 +3,7 @@
 SCENARIO = dict(
     name="fences",
     kind="fences",
-    description="C litmus tests of the shipped fence primitives (src/ringcast/ringcast_fences.h): the eventcount "
+    description="C litmus tests of the shipped fence primitives (src/ringcast/core/rc_fences.h): the eventcount "
     "(F6N, F6W), message passing (F3, F4; F7, F4) and read-then-release (F5, F1) shapes, each with the shipped "
     "fences and as a control per fence point (that fence replaced by a compiler barrier), then the parking "
     "protocol with the real futex between two processes, shipped and without F6N",

@@ -4,7 +4,7 @@
 (* MessageQueue processes (parking with real futex sleeps and wakes,       *)
 (* overflow over ZeroMQ) a behaviour of spec/Ring.tla?                    *)
 (*                                                                         *)
-(* A trace (module QTraceData, written by ringcast.trace.tracecheck for    *)
+(* A trace (module QTraceData, written by ringcast_lab.trace.tracecheck for    *)
 (* tests/stateful and `ringcast stress --record-trace`) is the sequence of *)
 (* the code's own step points, in the order the processes took them:      *)
 (* [a |-> action name, p |-> process].  Nothing else is taken from the     *)

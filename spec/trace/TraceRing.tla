@@ -74,7 +74,7 @@ TraceStep ==
     /\ k' = k + 1
     /\ UNCHANGED t
 
-\* A run that ran to its end (Complete[t]: ringcast.trace.serial's) is matched
+\* A run that ran to its end (Complete[t]: ringcast_lab.trace.serial's) is matched
 \* only in its final state: the writer done, every reader has delivered all M
 \* messages and is back at its loop top.  Without it a trace that lacks a
 \* process's last steps would match.  (The Hypothesis machine's traces stop
