@@ -6,9 +6,10 @@
 (* and one "read" byte per reader.  One writer process, readers 0..NR-1.   *)
 (* Every action below is ONE non-atomic step of the implementation and is  *)
 (* tagged with the function it models:                                     *)
-(*     \* file.py::Class._method   or   \* _protocol.c::Type._method       *)
-(* (the ring's and the eventcount's steps are C functions, methods of the  *)
-(* extension's types; tests/test_spec.py checks that they exist).  Actions *)
+(*     \* file.py::Class._method   or   \* core/rc_steps.c::function       *)
+(* (the ring's and the eventcount's steps are C functions of the protocol  *)
+(* core, src/ringcast/core/, each under a "Spec: <Action>" comment;        *)
+(* tests/test_spec.py checks that they exist).  Actions                    *)
 (* that model the hardware or the environment (store-buffer drains, the    *)
 (* end of a finite run) carry no such tag.                                 *)
 (*                                                                         *)
@@ -366,7 +367,7 @@ WNextStep ==
          /\ pc' = [pc EXCEPT ![Wr] = IF Parking THEN "notify_load"
                                      ELSE IF msg + 1 > M THEN "done" ELSE WTop]
 
-\* _protocol.c::_WriterSteps._writer_claim
+\* core/rc_steps.c::writer_claim
 WriterClaim ==
     /\ pc[Wr] = "claim"
     /\ msg <= M /\ rowed = 0
@@ -411,7 +412,7 @@ WriterClaimLoads ==
     /\ cpend' = FALSE
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, mkn, rsent, rowed>>
 
-\* _protocol.c::_WriterSteps._writer_clear_written
+\* core/rc_steps.c::writer_clear_written
 WriterClearWritten ==
     /\ pc[Wr] = "clear_written"
     /\ WFenceOK
@@ -419,7 +420,7 @@ WriterClearWritten ==
     /\ WNextStep
     /\ UNCHANGED <<wr, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* _protocol.c::_WriterSteps._writer_write_payload
+\* core/rc_steps.c::writer_write_payload
 WriterWritePayload ==
     \/ /\ pc[Wr] = "payload"
        /\ WFenceOK
@@ -437,7 +438,7 @@ WriterWritePayload ==
        /\ WNextStep
        /\ UNCHANGED <<wr, i, seen, mk, ncopied, recv, fifo, evars>>
 
-\* _protocol.c::_WriterSteps._writer_clear_read_flag
+\* core/rc_steps.c::writer_clear_read_flag
 WriterClearReadFlag ==
     /\ pc[Wr] = "clear_flags"
     /\ WFenceOK /\ ~cpend
@@ -461,7 +462,7 @@ WriterClearReadFlag ==
 \* are evicted (FalseSuspect is SC only), so no reader loads the eviction (the
 \* reader table's word: evicted is the writer's own knowledge, live_readers)
 \* and the flags set are loaded by the writer alone.
-\* _protocol.c::_WriterSteps._writer_evict
+\* core/rc_steps.c::writer_evict
 WriterEvict ==
     /\ Evict
     /\ msg <= M /\ ~Claimable
@@ -489,7 +490,7 @@ ReaderCrash(r) ==
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, evars, evicted, dropped,
                    aslot, mslot, vbad, cp, apend, nvars>>
 
-\* _protocol.c::_WriterEndpoint._writer_send_overflow
+\* core/rc_core.c::send_overflow
 WriterSendOverflow ==
     /\ pc[Wr] = "send"
     /\ fifo' = IF msg \in Big
@@ -498,7 +499,7 @@ WriterSendOverflow ==
     /\ WNextStep
     /\ UNCHANGED <<mem, sb, wr, rvars, hvars, evars>>
 
-\* _protocol.c::_WriterSteps._writer_publish
+\* core/rc_steps.c::writer_publish
 WriterPublish ==
     /\ pc[Wr] = "publish"
     /\ WFenceOK
@@ -599,7 +600,7 @@ WriterRemoteOwed ==
 -----------------------------------------------------------------------------
 (********************************* readers *********************************)
 
-\* _protocol.c::_ReaderSteps._reader_load_written
+\* core/rc_steps.c::reader_load_written
 ReaderLoadWritten(r) ==
     /\ pc[r] = "load_w"
     /\ seen' = [seen EXCEPT ![r] = Load(r, WAddr(i[r]))]
@@ -607,7 +608,7 @@ ReaderLoadWritten(r) ==
     /\ pc'   = [pc EXCEPT ![r] = "load_r"]
     /\ UNCHANGED <<mem, sb, wvars, i, mk, ncopied, hvars, fifo, evars>>
 
-\* _protocol.c::_ReaderSteps._reader_load_read_flag
+\* core/rc_steps.c::reader_load_read_flag
 ReaderLoadReadFlag(r) ==
     /\ pc[r] = "load_r"
     /\ LET f == Load(r, RAddr(i[r], r)) IN
@@ -649,7 +650,7 @@ Evd(r) == IF EvMem THEN Load(r, EVAddr(r)) = 1 ELSE r \in evicted
 AfterAck(r) == IF Parking THEN "notify_load" ELSE AfterNotify(r)
 
 \* With EvictCheck the copy is kept (cp) until ReaderCheckEvicted.
-\* _protocol.c::_ReaderSteps._reader_copy
+\* core/rc_steps.c::reader_copy
 ReaderCopy(r) ==
     /\ pc[r] \in {"copy", "copy_late", "copy_chk"}
     /\ \E v \in (IF WinOn THEN win[r] ELSE {}) \cup {data[i[r]]} :
@@ -667,7 +668,7 @@ ReaderCopy(r) ==
 \* EvictCheck (the code): after the copy and before it is returned, the
 \* reader loads its state word in the reader table; if the writer evicted
 \* it, the copy is dropped and EvictedError raised (the reader reads no
-\* more).  _protocol_ring.c::reader_check_evicted, called by
+\* more).  core/rc_steps.c::reader_check_evicted, called by
 \* ReaderEndpoint.receive after copy_out and before the ack.  On relaxed
 \* memory it needs a fence between the copy and the load (F8): without it
 \* (EarlyCheck) the load may come first, from "copy" to "copy_chk", and the
@@ -696,7 +697,7 @@ ReaderQuit(r) ==
     /\ pc' = [pc EXCEPT ![r] = "gone"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars, avars, nvars>>
 
-\* _protocol.c::_ReaderSteps._reader_ack
+\* core/rc_steps.c::reader_ack
 ReaderAck(r) ==
     \/ /\ pc[r] = "ack"
        /\ F5 => BufEmpty(r)
@@ -709,7 +710,7 @@ ReaderAck(r) ==
        /\ pc' = [pc EXCEPT ![r] = "copy_late"]
        /\ UNCHANGED <<wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* _protocol.c::_ReaderEndpoint._reader_recv_overflow
+\* core/rc_core.c::recv_overflow
 ReaderRecvOverflow(r) ==
     /\ pc[r] \in {"recv", "owed"}
     /\ \/ /\ fifo[r] # << >>                    \* receive the payload
@@ -750,7 +751,7 @@ OnIdleDue(p) ==
     THEN Evict /\ Parking /\ \E r \in Readers : ~alive[r] /\ r \notin evicted /\ Load(Wr, RAddr(w, r)) = 0
     ELSE Evd(p)
 
-\* _protocol.c::EventCount._park_snapshot
+\* core/rc_wait.c::rc_park_snapshot
 ParkSnapshot(p) ==
     /\ pc[p] = "park_snap"
     /\ ~OnIdleDue(p)
@@ -758,7 +759,7 @@ ParkSnapshot(p) ==
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
 
-\* _protocol.c::EventCount._park_announce
+\* core/rc_wait.c::rc_park_announce
 ParkAnnounce(p) ==
     /\ pc[p] = "park_announce"
     /\ BufEmpty(p)          \* atomic RMW: release, own earlier stores first
@@ -774,7 +775,7 @@ ParkAnnounce(p) ==
 \* goes on to ParkRetire (rechk kept: ready) or ParkSleep.
 \* Its loads may run before the increment is visible (LateAnnc); with F6W
 \* the fence after the RMW waits for it.
-\* _protocol.c::_ReaderEndpoint._park_recheck
+\* core/rc_wait.c::park
 ParkRecheck(p) ==
     /\ pc[p] = "park_recheck"
     /\ MM = "RELAXED" /\ F6W => ~annc[p]
@@ -782,7 +783,7 @@ ParkRecheck(p) ==
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc>>
 
-\* _protocol.c::EventCount._park_sleep
+\* core/rc_wait.c::rc_park_sleep
 ParkSleep(p) ==
     /\ pc[p] = "park_sleep"
     /\ moved[p]             \* futex_wait blocks while seq = snapshot
@@ -808,7 +809,7 @@ ParkTimeout(p) ==
 \* copy (ReaderLoadReadFlag's "copy": the loads and F4 are behind it), the
 \* writer to the chunk it claimed (WriterClaim's success).  After a sleep,
 \* a timeout (or a cancelled wait) it looks again (LoopTop).
-\* _protocol.c::EventCount._park_retire
+\* core/rc_wait.c::rc_park_retire
 ParkRetire(p) ==
     /\ pc[p] = "park_retire"
     /\ ~annc[p]
@@ -822,7 +823,7 @@ ParkRetire(p) ==
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc>>
 
-\* _protocol.c::EventCount._notify_load_waiters
+\* core/rc_wait.c::rc_notify_load_waiters
 NotifyLoadWaiters(p) ==
     /\ pc[p] = "notify_load"
     /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
@@ -830,7 +831,7 @@ NotifyLoadWaiters(p) ==
                                 ELSE AfterNotify(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
-\* _protocol.c::EventCount._notify_wake
+\* core/rc_wait.c::rc_notify_wake
 NotifyWake(p) ==
     /\ pc[p] = "notify_wake"
     \* seq += 1 on the other side's word; futex wake all.  (moved is

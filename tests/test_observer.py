@@ -85,7 +85,7 @@ def test_unknown_liveness_is_never_evicted_nor_reported_dead(full_ring, monkeypa
     with pytest.raises(RingTimeoutError):
         w.publish((b"c",), timeout=1.0)
     pid = full_ring.reader_process(0)[0]
-    assert evicted == [] and w.counters.evictions == 0 and w.cursor.live_readers == [0]
+    assert evicted == [] and w.counters.evictions == 0 and w.live_readers == [0]
     assert {c[0] for c in obs.calls} == {"long_wait"} and obs.calls[0] == ("long_wait", [(0, pid)])
 
 
@@ -97,7 +97,7 @@ def test_the_endpoint_evicts_a_dead_reader_and_the_observer_is_told(full_ring, m
     Layout.write_process(full_ring.buf, Layout.reader_entry(0), pid, process_start_time() + 1)  # its pid was reused: dead
     evicted = _record_evictions(monkeypatch)
     w.publish((b"c",), timeout=10)  # the chunk is free once the dead reader is evicted
-    assert evicted == [0] and w.counters.evictions == 1 and w.cursor.live_readers == []
+    assert evicted == [0] and w.counters.evictions == 1 and w.live_readers == []
     assert obs.calls[0] == ("evicted", [(0, pid)]) and full_ring.reader_evicted(0)
 
 

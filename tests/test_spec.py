@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from _csource import c_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -54,12 +53,14 @@ def test_all_models_match_manifest(tlc):
 
 # ------------------------------------------------- (b) spec <-> code names --
 
-TAG_RE = re.compile(r"^\\\*\s+(\w+\.(?:py|c))::(\w+)\.(\w+)\s*$")
+#: ``\* file.py::Class._method`` (a Python step) or ``\* core/rc_x.c::function`` (a step of the
+#: protocol core: a C function, ``cls`` None)
+TAG_RE = re.compile(r"^\\\*\s+([\w/]+\.(?:py|c))::(?:(\w+)\.)?(\w+)\s*$")
 DEF_RE = re.compile(r"^(\w+)\s*(\([^)]*\))?\s*==")
 
 
-def spec_actions() -> list[tuple[str, str, str, str, str]]:
-    """(tla file, action, py file, class, method) for every tagged action."""
+def spec_actions() -> list[tuple[str, str, str, str | None, str]]:
+    """(tla file, action, source file, class or None, method or C function) for every tagged action."""
     found = []
     for tla in sorted(SPEC.glob("*.tla")):
         lines = tla.read_text().splitlines()
@@ -79,21 +80,27 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def c_methods_of(path: Path) -> dict[str, set[str]]:
-    """{type name: its method names} of a C extension: each PyType_Spec's name, its slots'
-    Py_tp_methods table, that table's method names."""
-    text = c_unit(path)
-    tables = {m.group(1): set(re.findall(r'^\s*\{"(\w+)",', m.group(2), flags=re.M))
-              for m in re.finditer(r"static PyMethodDef (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
-    slots = {m.group(1): t.group(1) if (t := re.search(r"Py_tp_methods, (\w+)\}", m.group(2))) else None
-             for m in re.finditer(r"static PyType_Slot (\w+)\[\] = \{(.*?)\n\};", text, flags=re.S)}
-    return {m.group(1): tables.get(slots[m.group(2)], set())
-            for m in re.finditer(r'static PyType_Spec \w+ = \{"ringcast\.\w+\.(\w+)",[^;]*?(\w+_slots)\}', text, flags=re.S)}
+def c_functions_of(path: Path) -> dict[str, set[str]]:
+    """{C function: the spec actions its definition is tagged with (``/* Spec: <Action>``, in the
+    comment above it or in its body)} of a core file."""
+    out: dict[str, set[str]] = {}
+    pending: set[str] = set()
+    fn = None
+    for line in path.read_text().splitlines():
+        tags = set(re.findall(r"Spec: ([A-Z]\w+)", line))
+        if (m := re.match(r"^(\w+)\(", line)):
+            fn = m.group(1)
+            out.setdefault(fn, set()).update(pending)
+            pending = set()
+        if tags:
+            if line.startswith("/*") or fn is None:
+                pending |= tags
+            else:
+                out[fn] |= tags
+    return out
 
 
 def methods_of(path: Path) -> dict[str, set[str]]:
-    if path.suffix == ".c":
-        return c_methods_of(path)
     tree = ast.parse(path.read_text(), filename=str(path))
     out: dict[str, set[str]] = {}
     for node in ast.walk(tree):
@@ -124,25 +131,31 @@ def test_spec_tags_every_protocol_action():
 
 
 def test_spec_action_names_are_snake_cased_methods():
-    for tla, action, _, _, method in spec_actions():
+    """A Python step is the method ``_<action in snake case>``; a C step is named after its
+    action too, or is the function whose ``Spec:`` tag says it takes it (test below)."""
+    for tla, action, _, cls, method in spec_actions():
+        if cls is None:
+            continue
         assert method == "_" + snake(action), \
             f"{tla}: {action} is tagged with {method}, expected _{snake(action)}"
 
 
 def test_spec_actions_exist_in_code():
+    """Every tag names code that exists: a Python class's method, or a function of the protocol
+    core whose ``/* Spec: <Action>`` comment names the tagged action."""
     missing = []
-    cache: dict[str, dict[str, set[str]]] = {}
-    for tla, action, pyfile, cls, method in spec_actions():
-        path = next((d / pyfile for d in (SRC, SRC / "binding") if (d / pyfile).is_file()), SRC / pyfile)
+    for tla, action, src, cls, method in spec_actions():
+        path = SRC / src
         if not path.is_file():
-            missing.append(f"{tla}: {action} -> {pyfile} (no src/ringcast/{pyfile} nor src/ringcast/binding/{pyfile})")
-            continue
-        classes = cache.setdefault(pyfile, methods_of(path))
-        if cls not in classes:
-            missing.append(f"{tla}: {action} -> {pyfile}::{cls} (no such class)")
-        elif method not in classes[cls]:
-            missing.append(f"{tla}: {action} -> {pyfile}::{cls}.{method} "
-                           f"(no such method)")
+            missing.append(f"{tla}: {action} -> {src} (no src/ringcast/{src})")
+        elif cls is None:
+            tagged = c_functions_of(path)
+            if method not in tagged:
+                missing.append(f"{tla}: {action} -> {src}::{method} (no such function)")
+            elif action not in tagged[method]:
+                missing.append(f"{tla}: {action} -> {src}::{method} (its Spec: tags are {sorted(tagged[method])})")
+        elif method not in methods_of(path).get(cls, ()):
+            missing.append(f"{tla}: {action} -> {src}::{cls}.{method} (no such method)")
     assert not missing, "spec actions without code:\n  " + "\n  ".join(missing)
 
 

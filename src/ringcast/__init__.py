@@ -18,8 +18,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.locator` - where a segment is (the :class:`~ringcast.locator.Locator` a handle
   carries); pure data.
 * :mod:`ringcast.shm` - creating/attaching shared memory segments; their pages reserved on use.
-* :mod:`ringcast.ring` - :class:`ShmRingBuffer` and the cursors ``RingWriter``, ``RingReader``
-  (built from a ring over the C steps of ``ringcast._protocol``).
+* :mod:`ringcast.ring` - :class:`ShmRingBuffer`: a segment and its layout (the offsets an
+  endpoint binds the protocol core to).
 * :mod:`ringcast.pages` - a writer's ring pages, reserved as messages first need them
   (``ShmSpaceError`` at claim time instead of a SIGBUS).
 * :mod:`ringcast.waiting` - the wait policy, counters and cancel request of the core's

@@ -384,8 +384,7 @@ def writer_arena(ring, endpoint, total_bytes: int, n_slots: int, kind: str, min_
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int) or total_bytes < 0:
         raise ValueError(f"tensor_arena_bytes must be an int >= 0 (0: no arena), got {total_bytes!r}")
     arena = TensorArena.create(ring.n_reader, total_bytes, n_slots, kind)
-    cursor = endpoint.cursor
-    return ArenaWriter(arena, lambda: cursor.live_readers, ring.dead_readers, min_bytes, tensors_only=tensors_only)
+    return ArenaWriter(arena, lambda: endpoint.live_readers, ring.dead_readers, min_bytes, tensors_only=tensors_only)
 
 
 def reader_arena(handle, r: int) -> ArenaReader | None:

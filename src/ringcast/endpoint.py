@@ -174,12 +174,6 @@ class _Endpoint:
         self._bind(ring.offsets(), r, ring.reader_liveness, self.observer, Counters() if counters is None else counters,
                    self.cancel, self.policy, evict_dead_readers)
 
-    @property
-    def cursor(self):
-        """This endpoint itself (it owns its side's state; ``cursor.live_readers`` is
-        ``live_readers``): kept for ringcast.arena.writer_arena, which reads it."""
-        return self
-
 
 class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     """The writer's side of a ring. ``observer`` (:class:`Observer`) sends overflow payloads

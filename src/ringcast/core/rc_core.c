@@ -468,4 +468,6 @@ rc_reader_release(rc_reader *rd)
     return check_and_ack(rd, RC_OK, 0);
 }
 
+#ifdef RC_SINGLE_STEPS /* the lab's test extension only: the runtime runs whole sequences */
 #include "rc_single.c"
+#endif

@@ -264,9 +264,12 @@ int rc_reader_release(rc_reader *r);
 /* One step alone, for tests and tools: the action's step on the side (arg: the reader of
  * WriterClearReadFlag / WriterEvict; WriterWritePayload's parts go through rc_step_payload;
  * WriterSendOverflow, ReaderRecvOverflow: the interface's I/O; ParkRecheck: its tracepoint and
- * the side's look). *out: a load's value, a look's truth, else 0. */
+ * the side's look). *out: a load's value, a look's truth, else 0. Built only with RC_SINGLE_STEPS
+ * (rc_single.c: the lab's test extension). */
+#ifdef RC_SINGLE_STEPS
 int rc_step(rc_side *s, rc_action action, int arg, long *out);
 int rc_step_payload(rc_writer *w, const rc_parts *parts, size_t *written);
+#endif
 /* The writer's look (WriterClaim) and a reader's (ready: loads, F4), as the sequence takes them */
 int rc_writer_look(rc_writer *w, int *free_);
 int rc_reader_look(rc_reader *r, int *ready);

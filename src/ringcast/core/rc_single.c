@@ -1,6 +1,7 @@
 /* rc_single.c: one step of a side alone (rc_step, rc_step_payload), for tests and tools: the lab's
  * test extension (ringcast_lab._steps) calls them; the runtime's binding does not (its entry
- * points run whole sequences). Part of the protocol core: included at the end of rc_core.c. */
+ * points run whole sequences). Part of the protocol core: included at the end of rc_core.c when
+ * RC_SINGLE_STEPS is defined (the test extension defines it; the runtime's build does not). */
 
 int
 rc_step(rc_side *s, rc_action action, int arg, long *out)

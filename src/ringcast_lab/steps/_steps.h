@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "../../ringcast/core/rc_fences.h"
+#define RC_SINGLE_STEPS 1 /* the core's single steps, rc_single.c: this extension's alone */
 #include "../../ringcast/core/rc_core.c"
 
 static PyObject *get_step_hook; /* ringcast.steps.get_step_hook, read at module init */
