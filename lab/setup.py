@@ -21,7 +21,7 @@ from setuptools import Extension, find_packages, setup
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_DIRS = ("spec", "stress")
 SKIP = {"__pycache__", "states", ".tlc"}  # TLC and Python leftovers, never shipped
-DATA = ["*.tla", "*.cfg", "*.json", "*.md", "*.litmus"]  # *.litmus: herd7 tests of the fences
+DATA = ["*.tla", "*.json", "*.md", "*.litmus"]  # *.json: the models and their cfgs; *.litmus: herd7 tests of the fences
 
 
 def bundled_packages() -> dict[str, str]:

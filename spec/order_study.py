@@ -51,7 +51,9 @@ def main() -> int:
     jar, _ = tlc.find_jar(argparse.Namespace(jar=args.jar, fetch=False,
                                              download=False))
     tlc.verify_jar(jar, False)
-    base = (HERE / "ring_correct.cfg").read_text()
+    from ringcast_lab.tlc.models import model_cfg
+
+    base = model_cfg("ring_correct", spec=HERE)  # its cfg, rendered from spec/models.json
     ords = orders()
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringcast-study-") as tmp:

@@ -124,6 +124,9 @@ def test_spec_subcommand_forwards_to_the_tlc_driver():
     r = subprocess.run([sys.executable, "-m", "ringcast_lab.cli", "spec", "--list"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "ring_correct" in r.stdout and "ring_publish_before_clear" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "ringcast_lab.cli", "spec", "--print-cfg", "ring_correct_n3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "\n    N = 3\n" in r.stdout and "\n    Order <- OrderCorrect\n" in r.stdout, r.stderr
 
 
 @pytest.mark.timeout(150)

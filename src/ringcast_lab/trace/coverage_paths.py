@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .coverage import Graph, build_graph, cfg_constants, read_dot
+from .coverage import Graph, build_graph, read_dot
 
 def shortest_tree(graph: Graph) -> dict:
     """BFS from the initial states: {state: (parent, edge) or None}."""
@@ -82,7 +82,7 @@ def dump_graph(name: str, *, spec=None, java=None, jar=None, timeout: float = 60
 
     spec = tlc.spec_dir(spec)
     model = tlc.select(tlc.load_manifest(spec / "models.json")["models"], [name])[0]
-    cfg_text = (spec / model["cfg"]).read_text()
+    cfg_text = tlc.render_cfg(model, properties="")
     h = hashlib.sha256(cfg_text.encode() + b"".join(p.read_bytes() for p in sorted(spec.glob("*.tla")))).hexdigest()[:16]
     cdir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ringcast" / "coverage"
     cpath = cdir / f"{name}{tag and '-' + tag}-{h}.json"
@@ -90,10 +90,10 @@ def dump_graph(name: str, *, spec=None, java=None, jar=None, timeout: float = 60
         return Graph.from_json(json.loads(cpath.read_text()))
     jar = jar or find_jar(None)[0]
     java = java or find_java(None)[0]
-    consts = cfg_constants(cfg_text)
+    consts = dict(model["config"]["constants"])
     with tempfile.TemporaryDirectory(prefix="ringcast-cov-") as tmp:
-        cfg = Path(tmp) / model["cfg"]
-        cfg.write_text(tlc.rewrite_cfg(cfg_text, properties=""))
+        cfg = Path(tmp) / f"{name}.cfg"
+        cfg.write_text(cfg_text)
         dot = Path(tmp) / "graph.dot"
         os.makedirs(Path(tmp) / "java")
         cmd = tlc.tlc_prefix(java, jar, 1, str(Path(tmp) / "states"), str(Path(tmp) / "java")) + tlc.FINGERPRINT
