@@ -122,7 +122,7 @@ def test_overflow_payloads_go_through_the_observer():
         w.publish((b"\x01",), timeout=0, overflow=[b"payload", b"buf"])
         assert obs.sent == [[b"payload", b"buf"]]
         got = r.receive(lambda view: OVERFLOW if view[0] == 1 else bytes(view[:1]), timeout=0)
-        assert got == (None, [b"payload", b"buf"]) and obs.calls == [("recv_overflow", 0)] and not r.owed
+        assert got == (None, [b"payload", b"buf"]) and obs.calls == [("recv_overflow", 0)] and not r.payload_owed
         r.release()
     finally:
         rb.close()
@@ -296,9 +296,9 @@ def test_an_exception_after_a_markers_ack_leaves_its_payload_owed(monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             r.receive(copy, timeout=0)
         monkeypatch.setattr(steps, "hook", None)
-        assert raised == [1] and r.owed and r.index == 1  # acked, payload owed
+        assert raised == [1] and r.payload_owed and r.index == 1  # acked, payload owed
         assert r.receive(copy, timeout=0) == (None, [b"payload-1"])
-        assert r.receive(copy, timeout=0) == (b"i2", None) and not r.owed
+        assert r.receive(copy, timeout=0) == (b"i2", None) and not r.payload_owed
     finally:
         monkeypatch.setattr(steps, "hook", None)
         r.release()

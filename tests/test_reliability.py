@@ -315,6 +315,29 @@ def test_operations_after_shutdown_and_close(group_factory=None):
         g.w.enqueue(1)
 
 
+def test_a_shutdown_parked_reader_is_named_by_its_role():
+    """The core builds the Cancelled message from the endpoint's wait label, which it reads once,
+    when the endpoint is built: the queue's reader gives its role then, not after. shutdown()
+    comes from the step hook as the reader parks, so the core's wait is the one that raises."""
+    from ringcast import Cancelled
+    from ringcast.steps import set_step_hook
+
+    g = Group(n_reader=1)
+    r = g.rs[0]
+
+    def hook(action, side, index, reader):  # the reader is about to park on an empty ring
+        if action == "ParkAnnounce" and side == 0:
+            r.shutdown()
+
+    set_step_hook(hook)
+    try:
+        with pytest.raises(Cancelled, match=r"local reader 0 \(rank 0\) waiting for a message: shutdown\(\) was called"):
+            r.dequeue(timeout=30)
+    finally:
+        set_step_hook(None)
+        g.close()
+
+
 # -- security -----------------------------------------------------------------------------------
 
 

@@ -133,7 +133,7 @@ class Observer:
 
     def timeout_error(self, ep: "_Endpoint", waited: float) -> BaseException:
         """The exception a wait on the ring raises after its timeout (``waited`` seconds)."""
-        return RingTimeoutError(f"{ep.what}: timed out after {waited:.3f}s at chunk {ep.index}")
+        return RingTimeoutError(f"{ep.wait_label}: timed out after {waited:.3f}s at chunk {ep.index}")
 
     def check_writer(self, ep: "ReaderEndpoint", waited: float) -> None:
         """A parked reader's look at its writer, before each park (at most ``recheck_interval`` apart;
@@ -143,7 +143,7 @@ class Observer:
     def dead_readers_error(self, ep: "WriterEndpoint", dead: list, waited: float) -> BaseException:
         """What a parked writer raises for ``dead`` (``[(reader, pid)]``, found dead while it
         waited for them) when it does not evict dead readers."""
-        return DeadReaderError(f"{ep.what}: local readers {dead} (reader, pid) are dead after {waited:.3f}s at chunk {ep.index}")
+        return DeadReaderError(f"{ep.wait_label}: local readers {dead} (reader, pid) are dead after {waited:.3f}s at chunk {ep.index}")
 
     def evicted(self, ep: "WriterEndpoint", dead: list) -> None:
         """The writer has just evicted ``dead`` (``[(reader, pid)]``)."""
@@ -162,7 +162,7 @@ class _Endpoint:
     """What both sides share: the ring, the counters, the cancel request and the observer; the
     core's interface is filled once, here (``_bind``)."""
 
-    what = "waiting"
+    wait_label = "waiting"
 
     def _setup(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None, counters: Counters | None,
                cancel: Cancel | None, observer: Observer | None, evict_dead_readers: bool = False) -> None:
@@ -186,7 +186,7 @@ class WriterEndpoint(_Endpoint, _protocol._WriterEndpoint):
     def __init__(self, ring: ShmRingBuffer, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
                  cancel: Cancel | None = None, observer: Observer | None = None, evict_dead_readers: bool = False) -> None:
         self.evict_dead_readers = bool(evict_dead_readers)
-        self.what = "writer waiting for a free chunk"
+        self.wait_label = "writer waiting for a free chunk"
         self._setup(ring, -1, policy, counters, cancel, observer, self.evict_dead_readers)
 
     # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
@@ -233,11 +233,12 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
     checks the writer while the reader is parked."""
 
     def __init__(self, ring: ShmRingBuffer, r: int, policy: WaitPolicy | None = None, *, counters: Counters | None = None,
-                 cancel: Cancel | None = None, observer: Observer | None = None) -> None:
+                 cancel: Cancel | None = None, observer: Observer | None = None, wait_label: str | None = None) -> None:
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ring.n_reader:
             raise HandleError(f"reader index {r!r} out of range for n_reader={ring.n_reader}")
         self.side = self.r = r
-        self.what = f"reader {r} waiting for a message"
+        #: how its errors name the wait (read by the core once, when the endpoint is built)
+        self.wait_label = f"reader {r} waiting for a message" if wait_label is None else wait_label
         self._setup(ring, r, policy, counters, cancel, observer)
 
     # -- the sequence is the core's (src/ringcast/core/rc_core.c), through ringcast._protocol ------
@@ -266,10 +267,10 @@ class ReaderEndpoint(_Endpoint, _protocol._ReaderEndpoint):
         reader while it read a chunk (``lost``: what is dropped), or (None) while it waited."""
         why = "(it judged its process dead: a PID namespace the writer cannot see into, or a stale pid)"
         if lost is None:
-            return EvictedError(f"{self.what}: this reader (pid {os.getpid()}) was evicted by the writer {why} while it "
+            return EvictedError(f"{self.wait_label}: this reader (pid {os.getpid()}) was evicted by the writer {why} while it "
                                 "waited for a message; it receives nothing more: rejoin a new queue")
         return EvictedError(
-            f"{self.what}: the writer evicted this reader {why} while it read a chunk, which the writer may have "
+            f"{self.wait_label}: the writer evicted this reader {why} while it read a chunk, which the writer may have "
             f"refilled; {lost} and this reader receives nothing more: rejoin a new queue"
         )
 

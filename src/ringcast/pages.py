@@ -44,4 +44,4 @@ class RingPages:
     def reserve_next(self, ep, n: int) -> None:
         """Reserve the first ``n`` bytes of the chunk writer endpoint ``ep``'s next publish writes:
         the one after an owed message's chunk, which that publish finishes first."""
-        self.reserve(ep.index if ep.owed is None else (ep.index + 1) % self.ring.max_chunks, n)
+        self.reserve(ep.index if ep.owed_chunk is None else (ep.index + 1) % self.ring.max_chunks, n)

@@ -231,8 +231,7 @@ class MessageQueue(QueueRole):
                 self.local_socket = channel.sub(self._ctx, handle.local_subscribe_addr, handle.topic)
                 self._observer = ReaderObserver(self._role(), self.policy, self._counters, self._cancelled, self.local_socket, self.buffer)
                 ep = ReaderEndpoint(self.buffer, local, self.policy, counters=self._counters, cancel=self._cancelled,
-                                    observer=self._observer)
-                ep.what = f"{self._role()} waiting for a message"
+                                    observer=self._observer, wait_label=f"{self._role()} waiting for a message")
                 self._endpoint = self._unpickler.endpoint = ep
             else:
                 self.remote_socket = channel.sub(self._ctx, handle.remote_subscribe_addr, handle.topic, ipv6=handle.remote_addr_ipv6,

@@ -17,7 +17,7 @@ typedef struct {
     long *pids;         /* the writer's: each probed reader's pid */
     /* resolved at _bind: the observer's methods, the ring's liveness, the endpoint's errors */
     PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait;
-    PyObject *m_liveness, *m_evicted_error, *what, *cancelled, *overflow_marker, *mv_release;
+    PyObject *m_liveness, *m_evicted_error, *wait_label, *cancelled, *overflow_marker, *mv_release;
     /* one call's objects, for the upcalls */
     PyObject *frames_out, *unpublished, *copy_out, *kept, *frames_in, *deadline, *timeout;
     int zero_copy;
@@ -25,7 +25,7 @@ typedef struct {
 
 #define EP_REFS(ep)                                                                                                      \
     &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error, &ep->m_check_writer, &ep->m_dead_error, \
-        &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness, &ep->m_evicted_error, &ep->what, &ep->cancelled,             \
+        &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness, &ep->m_evicted_error, &ep->wait_label, &ep->cancelled,             \
         &ep->overflow_marker, &ep->mv_release, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,             \
         &ep->frames_in, &ep->deadline, &ep->timeout
 
@@ -168,7 +168,7 @@ ep_fail(void *ctx, rc_status code, double value)
         exc = PyObject_CallFunction(ep->m_timeout_error, "Od", self, value);
         break;
     case RC_ERR_CANCELLED:
-        if ((msg = PyUnicode_FromFormat("%S: shutdown() was called while waiting", ep->what)) != NULL)
+        if ((msg = PyUnicode_FromFormat("%S: shutdown() was called while waiting", ep->wait_label)) != NULL)
             exc = PyObject_CallOneArg(ep->cancelled, msg);
         break;
     case RC_ERR_DEAD_READERS:
@@ -260,7 +260,7 @@ ep_bind(Endpoint *ep, PyObject *args)
         const char *name;
     } m[] = {{&ep->m_send, obs, "send_overflow"}, {&ep->m_recv, obs, "recv_overflow"}, {&ep->m_timeout_error, obs, "timeout_error"},
              {&ep->m_check_writer, obs, "check_writer"}, {&ep->m_dead_error, obs, "dead_readers_error"},
-             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->what, (PyObject *)ep, "what"},
+             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->wait_label, (PyObject *)ep, "wait_label"},
              {&ep->m_evicted_error, (PyObject *)Py_TYPE(ep), "_evicted_error"}}; /* the class's: no cycle */
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         PyObject *v = PyObject_GetAttrString(m[k].obj, m[k].name);

@@ -344,7 +344,7 @@ ep_get_counters(Endpoint *ep, void *closure)
 
 static PyGetSetDef wep_getset[] = {
     EP_GETSET,
-    {"owed", (getter)wep_get_owed, NULL, "the chunk whose message an error left owed (published before the next one), or None", NULL},
+    {"owed_chunk", (getter)wep_get_owed, NULL, "the chunk whose message an error left owed (published before the next one), or None", NULL},
     {"live_readers", (getter)wep_get_live_readers, NULL, "the readers whose flags each message clears (not evicted)", NULL},
     {NULL},
 };
@@ -380,7 +380,7 @@ static PyType_Spec wep_spec = {.name = "ringcast._protocol._WriterEndpoint", .ba
 
 static PyGetSetDef rep_getset[] = {
     EP_GETSET,
-    {"owed", (getter)rep_get_owed, NULL, "a marker was acked but its payload not yet received", NULL},
+    {"payload_owed", (getter)rep_get_owed, NULL, "a marker was acked but its payload not yet received", NULL},
     {"gone", (getter)rep_get_gone, NULL, "the writer evicted this reader: it receives nothing more", NULL},
     {NULL},
 };
