@@ -263,7 +263,7 @@ LAYERS = [
     ["identity", "headroom", "locator", "shm"],  # segment
     ["steps", "layout", "atomics", "ring", "pages", "waiting", "endpoint", "arena"],  # protocol
     ["pickling", "framing", "wire", "remote", "sealing", "fanout", "channel"],  # transport
-    ["handshake", "roles", "groups", "lifetime", "compat", "outgoing", "queue"],  # front
+    ["handshake", "observers", "roles", "groups", "lifetime", "compat", "outgoing", "queue"],  # front
     ["torch"],
     [""],  # the package itself: its public names
 ]

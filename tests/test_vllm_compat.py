@@ -46,7 +46,7 @@ MIB = 1 << 20
 #: vLLM public names ringcast does not provide, each with the reason (docs/engine.md repeats it).
 NOT_PROVIDED = {
     "ReadTimeoutWithWarnings": "vLLM's internal helper of acquire_read (a deadline plus warning times); "
-    "ringcast's waits and their long-wait log live in ringcast.waiting / ringcast.roles",
+    "ringcast's waits and their long-wait log live in ringcast.waiting / ringcast.observers",
 }
 
 
@@ -727,7 +727,7 @@ def test_the_expectations_are_vllms_own(vllm_behaviour):
 def test_long_wait_log_is_vllms_line_at_vllms_level(caplog, vllm_behaviour):
     """The long-wait line starts with vLLM's own LONG_WAIT_TIME_LOG_MSG (read from vLLM's
     source), formatted with the interval, logged at INFO as vLLM logs it."""
-    from ringcast.roles import QueueObserver
+    from ringcast.observers import QueueObserver
     from ringcast.waiting import WaitPolicy
 
     observer = QueueObserver("writer", WaitPolicy(warn_interval=7.0), None, [False])
@@ -928,7 +928,7 @@ def test_the_chapters_numbers_are_the_codes():
     """What the chapter states as values is what the code has."""
     from ringcast.arena import VLLM_MIN_BYTES
     from ringcast.compat import WARN_INTERVAL_ENV
-    from ringcast.roles import LONG_WAIT_LOG
+    from ringcast.observers import LONG_WAIT_LOG
     from ringcast.waiting import DEFAULT_WARN
 
     chapter = _chapter()

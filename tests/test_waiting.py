@@ -469,7 +469,7 @@ def test_a_queue_stretches_its_spin_only_where_every_process_has_a_core():
     """roles.wait_policy: with the writer and every local reader on a CPU of their own, the
     default spin_max (10 x spin) and tight looks; with more processes than CPUs neither (a longer
     spin takes a peer's core, docs/waiting.md), unless spin_max is given."""
-    from ringcast.roles import wait_policy
+    from ringcast.observers import wait_policy
 
     cpus = len(os.sched_getaffinity(0))
     alone = wait_policy(1e-4, None, 0.1, 60.0, 0)
@@ -531,3 +531,20 @@ def test_without_the_futex_a_waiter_parks_by_sleeps_of_at_most_a_millisecond(mon
     finally:
         monkeypatch.setattr(steps, "hook", None)
         _close(ring, r)
+
+
+def test_the_clock_is_set_once_in_steps_and_refused_when_it_cannot_tell_time():
+    """ringcast.steps.set_clock installs a harness's clock (the C core's copy too); one without
+    a callable monotonic() and sleep() is refused and changes nothing; None is the real time."""
+    real = steps.get_clock()
+    assert real is time
+    clock = _SleepClock()
+    steps.set_clock(clock)
+    try:
+        assert steps.get_clock() is clock and steps.clock is clock
+        with pytest.raises(TypeError, match="monotonic"):
+            steps.set_clock(object())
+        assert steps.get_clock() is clock
+    finally:
+        steps.set_clock(None)
+    assert steps.get_clock() is time

@@ -47,8 +47,12 @@ import cycle exists, imports inside functions included):
   challenge and its answer, and AES-256-GCM over every remote frame.
 * :mod:`ringcast.channel` - ZeroMQ: the overflow socket, remote readers' TCP socket, CurveZMQ.
 * :mod:`ringcast.handshake` - the :class:`Handle`, a reader's role in it, the READY handshake.
-* :mod:`ringcast.roles` - a queue's :class:`Role` and each side's observer (overflow sends and
-  receives, timeouts, dead peers, the long-wait log), wait policy and statistics.
+* :mod:`ringcast.observers` - each side's observer of its endpoint (overflow sends and
+  receives, the errors of a wait, the long-wait log) and its wait policy.
+* :mod:`ringcast.roles` - a queue's :class:`Role`, what it says about itself (``QueueRole``, the
+  queue's base) and its statistics.
+* :mod:`ringcast.outgoing` - one enqueue's message from framing to its last remote frame: the
+  writer's abort rule, in one transaction.
 * :mod:`ringcast.groups` - the group protocol (duck-typed process groups; torch's adapted, torch
   imported only then), the locality probe and the handle exchange: ``queue_from_group`` builds
   a queue over a group, given the queue class (so it imports neither the queue nor the torch half).

@@ -71,7 +71,7 @@ overflow message (``owed``), and if its receive times out the next
 :meth:`~ReaderEndpoint.receive` takes that payload before touching the ring again, so a marker
 is always paired with its own payload, in ring order.
 
-Each endpoint is given one :class:`Observer` (MessageQueue: :mod:`ringcast.roles`' side
+Each endpoint is given one :class:`Observer` (MessageQueue: :mod:`ringcast.observers`' side
 objects): the overflow channel's I/O, the errors a wait raises, the checks and the log while it
 is parked. The endpoint decides; the observer reports. A parked writer reads the liveness of
 the readers it waits for (dead / unknown / alive, :meth:`ShmRingBuffer.reader_liveness`) and
@@ -107,7 +107,7 @@ OVERFLOW = _protocol.OVERFLOW
 class Observer:
     """What an endpoint reports to and asks of the layer that owns it: one object per endpoint,
     given at construction (``observer=``) and held for the endpoint's life. MessageQueue's are
-    :class:`ringcast.roles.WriterObserver` / :class:`~ringcast.roles.ReaderObserver`; the stateful
+    :class:`ringcast.observers.WriterObserver` / :class:`~ringcast.observers.ReaderObserver`; the stateful
     harness and the trace recorder use this base class, which sends and receives no overflow,
     raises a plain :class:`RingTimeoutError` and logs nothing.
 

@@ -9,7 +9,7 @@ errors, and parking of idle waiters (:mod:`ringcast.waiting`).
 What it delegates: the protocol, one message at a time, to :mod:`ringcast.endpoint`; the bytes
 of a message to :mod:`ringcast.framing`; the sockets to :mod:`ringcast.channel`; the handle and
 the READY handshake to :mod:`ringcast.handshake`; what a side reports while it waits and what a
-queue says about itself to :mod:`ringcast.roles`; the ring's pages to :mod:`ringcast.pages`;
+queue says about itself to :mod:`ringcast.roles`, its observers to :mod:`ringcast.observers`; the ring's pages to :mod:`ringcast.pages`;
 collection without ``close()`` to :mod:`ringcast.lifetime`.
 
 What stays here is building the side (writer, local reader, remote reader) out of those parts,
@@ -31,13 +31,14 @@ from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
 from .fanout import io_threads
-from .framing import MARK_INLINE, Pickler, Unpickler, frame
+from .framing import MARK_INLINE, Pickler, Unpickler
 from .outgoing import OutgoingMessage
 from .wire import WIRE_PART, Outbox
 from .handshake import Handle, check_handle, reader_handshake, reader_role, writer_handshake
 from .ring import ShmRingBuffer
 from .pages import RingPages
-from .roles import QueueObserver, QueueRole, QueueStatistics, ReaderObserver, Role, WriterObserver, check_reader_counts, wait_policy
+from .observers import QueueObserver, ReaderObserver, WriterObserver, wait_policy
+from .roles import QueueRole, QueueStatistics, Role, check_reader_counts
 from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Cancel, Counters, WaitPolicy
 
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]

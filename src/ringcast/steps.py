@@ -82,6 +82,10 @@ def set_clock(c) -> None:
     sys.modules[__name__].clock = time if c is None else c
 
 
+def get_clock():
+    return clock
+
+
 class _StepsModule(types.ModuleType):
     """This module, whose :data:`hook` is installed in the C steps whenever it is assigned."""
 

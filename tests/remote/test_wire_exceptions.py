@@ -11,7 +11,7 @@ import zmq
 
 from ringcast import MessageQueue, PayloadError
 from ringcast.wire import WIRE_PART
-from ringcast.roles import ReaderObserver
+from ringcast.observers import ReaderObserver
 
 _T = 10
 

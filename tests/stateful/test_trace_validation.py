@@ -324,7 +324,7 @@ def test_the_recorder_counts_the_queues_tight_looks(tmp_path):
     the trace says so (``looks``). Without it the checker rejected every recorded run on such a
     machine (measured here with the children's CPU affinity faked to 4: 2 of 2 rejected; 4 of 4
     accepted with ``looks`` = 66)."""
-    from ringcast.roles import wait_policy
+    from ringcast.observers import wait_policy
     from ringcast_lab.trace.tracecheck import LOOKS
 
     tr = record_queue_run(seed=0)
