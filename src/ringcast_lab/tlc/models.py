@@ -72,11 +72,23 @@ def resolve(data: dict, where: str = "spec/models.json") -> None:
         m["config"]["substituted"] = sorted(subs)
 
 
+#: the results a model may expect (TLC's exit statuses by name)
+EXPECTABLE = {"ok", "safety", "liveness", "deadlock", "assumption", "assert"}
+
+
+def spec_dir(explicit: Path | str | None = None) -> Path:
+    """``explicit``, else the spec shipped with the lab (FileNotFoundError, naming the fix, if
+    the installation lacks it)."""
+    if explicit is not None:
+        return Path(explicit)
+    from .. import _bundled
+
+    return _bundled.path("spec")
+
+
 def load_manifest(path: Path | str) -> dict:
     """spec/models.json at ``path``, checked for the keys every model needs, each model's
     configuration resolved (:func:`resolve`: ``model["config"]``)."""
-    from .run import EXPECTABLE
-
     with open(path) as f:
         data = json.load(f)
     names = set()
@@ -122,9 +134,7 @@ def find(data: dict, name: str) -> dict:
 
 
 def manifest(spec: Path | str | None = None) -> dict:
-    """The manifest of the spec folder ``spec`` (default: :func:`ringcast_lab.tlc.run.spec_dir`'s)."""
-    from .run import spec_dir
-
+    """The manifest of the spec folder ``spec`` (default: :func:`spec_dir`'s)."""
     return load_manifest(spec_dir(spec) / "models.json")
 
 

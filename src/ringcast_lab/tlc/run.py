@@ -27,23 +27,9 @@ from .find import TLC_VERSION as TLC_VERSION
 from .models import load_manifest as load_manifest
 from .models import model_cfg as model_cfg
 from .models import model_constants as model_constants
+from .models import EXPECTABLE as EXPECTABLE
 from .models import render_cfg as render_cfg
-
-#: the spec folder when a caller names none; None: the one shipped in the package
-SPEC_DIR: Path | None = None
-
-
-def spec_dir(explicit: Path | str | None = None) -> Path:
-    """``explicit``, else :data:`SPEC_DIR`, else the spec shipped with the package
-    (FileNotFoundError, naming the fix, if the installation lacks it)."""
-    if explicit is not None:
-        return Path(explicit)
-    if SPEC_DIR is not None:
-        return Path(SPEC_DIR)
-    from .. import _bundled
-
-    return _bundled.path("spec")
-
+from .models import spec_dir as spec_dir
 
 # TLC's exit statuses (tlc2.output.EC.ExitStatus in TLC 2.15).
 EXIT_NAMES = {
@@ -62,9 +48,6 @@ EXIT_NAMES = {
     153: "system_error",
     255: "error",
 }
-EXPECTABLE = {"ok", "safety", "liveness", "deadlock", "assumption", "assert"}
-
-
 def exit_name(code: int | None) -> str:
     """Map a TLC exit status to a result name."""
     if code is None:
