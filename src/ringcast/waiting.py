@@ -27,7 +27,8 @@ path costs one fence and one load. No wake-up is lost: if the notifier read ``wa
 load came before the waiter's announce (both are ordered by full fences), so the waiter's
 re-check, which comes after its announce, sees the published chunk. If the notifier saw the
 waiter, it bumps ``seq`` after the waiter's snapshot, so ``futex_wait`` either returns at once
-(value changed) or is woken. spec/ models exactly these steps (spec/park_*.cfg) and refutes the
+(value changed) or is woken. spec/ models exactly these steps (the park_* models of
+spec/models.json) and refutes the
 variant without ParkRecheck. Each step is one C function of the protocol core
 (src/ringcast/core/rc_wait.c, tagged ``Spec: ParkSnapshot`` ...; ParkRecheck is a tracepoint
 followed by the look's own ring steps); each calls the step hook (:mod:`ringcast.steps`; None in
