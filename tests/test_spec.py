@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from _csource import spec_tagged
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -81,26 +82,6 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def c_functions_of(path: Path) -> dict[str, set[str]]:
-    """{C function: the spec actions its definition is tagged with (``/* Spec: <Action>``, in the
-    comment above it or in its body)} of a core file."""
-    out: dict[str, set[str]] = {}
-    pending: set[str] = set()
-    fn = None
-    for line in path.read_text().splitlines():
-        tags = set(re.findall(r"Spec: ([A-Z]\w+)", line))
-        if (m := re.match(r"^(\w+)\(", line)):
-            fn = m.group(1)
-            out.setdefault(fn, set()).update(pending)
-            pending = set()
-        if tags:
-            if line.startswith("/*") or fn is None:
-                pending |= tags
-            else:
-                out[fn] |= tags
-    return out
-
-
 def methods_of(path: Path) -> dict[str, set[str]]:
     tree = ast.parse(path.read_text(), filename=str(path))
     out: dict[str, set[str]] = {}
@@ -150,7 +131,7 @@ def test_spec_actions_exist_in_code():
         if not path.is_file():
             missing.append(f"{tla}: {action} -> {src} (no src/ringcast/{src})")
         elif cls is None:
-            tagged = c_functions_of(path)
+            tagged = spec_tagged(path)
             if method not in tagged:
                 missing.append(f"{tla}: {action} -> {src}::{method} (no such function)")
             elif action not in tagged[method]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from _csource import c_unit
+from _csource import c_unit, spec_tagged
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -347,13 +347,7 @@ def _c_step_functions() -> dict[str, str]:
 
 def _core_step_functions() -> set[str]:
     """The protocol core's step functions: core/rc_steps.c's definitions tagged ``Spec: <Action>``."""
-    fns, tagged = set(), False
-    for line in (PKG / "core" / "rc_steps.c").read_text().splitlines():
-        tagged = tagged or "/* Spec" in line
-        if (m := re.match(r"^(\w+)\(", line)) and tagged:
-            fns.add(m.group(1))
-            tagged = False
-    return fns
+    return {fn for fn, actions in spec_tagged(PKG / "core" / "rc_steps.c").items() if actions}
 
 
 def test_only_the_core_calls_the_c_steps():
