@@ -20,7 +20,7 @@ FENCES_H = f"{CORE}/rc_fences.h"  # the one copy of every fence, included by eve
 PROTOCOL_PARTS = [f"{BINDING}/_protocol_{part}.c" for part in ("side", "counters", "endpoint", "sides")]
 #: the protocol core (plain C, no CPython header): _protocol.c includes rc_core.c, which includes the
 #: rest (rc_planted.c only in a test build, rc_single.c only in the lab's test extension: in the sdist all the same)
-CORE_PARTS = [f"{CORE}/{name}" for name in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_planted.c", "rc_single.c")]
+CORE_PARTS = [f"{CORE}/{name}" for name in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_poll.c", "rc_planted.c", "rc_single.c")]
 
 setup(
     packages=find_packages("src", include=["ringcast", "ringcast.*"]),

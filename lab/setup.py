@@ -42,7 +42,7 @@ LITMUS_PARTS = [f"{LITMUS}/_litmus_{part}.c" for part in ("runs", "hunt", "build
 STEPS = "../src/ringcast_lab/steps"
 #: the files _steps.c includes: its own, the runtime's core and the binding's Side
 STEPS_PARTS = [f"{STEPS}/_steps.h", f"{STEPS}/_steps_wait.c", "../src/ringcast/binding/_protocol_side.c",
-               *(f"../src/ringcast/core/{n}" for n in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_fences.h"))]
+               *(f"../src/ringcast/core/{n}" for n in ("rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_poll.c", "rc_fences.h"))]
 
 setup(
     packages=find_packages("../src", include=["ringcast_lab", "ringcast_lab.*"]) + list(BUNDLED),

@@ -206,6 +206,6 @@ def test_the_sdist_carries_the_protocol_core(tmp_path: Path):
     assert r.returncode == 0, r.stdout
     names = tarfile.open(next(tmp_path.glob("*.tar.gz"))).getnames()
     core = sorted(p.name for p in (ROOT / "src" / "ringcast" / "core").iterdir() if p.suffix in (".c", ".h"))
-    assert {"rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_planted.c", "rc_single.c"} <= set(core), core
+    assert {"rc_core.h", "rc_core.c", "rc_steps.c", "rc_wait.c", "rc_poll.c", "rc_planted.c", "rc_single.c"} <= set(core), core
     missing = [f for f in core if not any(n.endswith(f"/src/ringcast/core/{f}") for n in names)]
     assert not missing, missing

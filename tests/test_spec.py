@@ -402,7 +402,7 @@ FENCE_TAG = re.compile(r"/\*\s*(F\d+[WN]?)\b")
 #: whose fences are copies of these points, nor _atomics.c's fence(), which arena.py calls: its
 #: points are arena.py's, nor the header, which defines the primitives, nor the planted-bug test
 #: build's variants, rc_planted.c); the CPython binding (_protocol*.c) has none
-FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", "core/rc_single.c", *(f"binding/_protocol{p}.c" for p in (
+FENCE_C = ("core/rc_core.c", "core/rc_steps.c", "core/rc_wait.c", "core/rc_poll.c", "core/rc_single.c", *(f"binding/_protocol{p}.c" for p in (
            "_side", "_counters", "_endpoint", "_sides", "")))
 
 
@@ -422,7 +422,7 @@ def code_fences() -> dict[str, str]:
                 continue
             if "rc_fence()" in code or re.search(r"\bRC_F\d\(\)", code):
                 assert tag, f"{name}:{k}: a fence without its name (/* Fk ... */): {line.strip()}"
-            if tag and re.search(r"\b(rc_fe(nce|nce_load_u32|tch_add_u32)|RC_F\d)\(", code):
+            if tag and re.search(r"\b(rc_fe(nce|nce_load_u32|nce_f6w|tch_add_u32)|RC_F\d)\(", code):
                 found[tag.group(1)] = f"{name}:{k}"
     for k, line in enumerate((SRC / "arena.py").read_text().splitlines(), 1):
         if "fence()" in line.split("#", 1)[0]:

@@ -260,10 +260,10 @@ def test_no_import_cycles():
 #: modules and lower ones
 LAYERS = [
     ["errors"],
-    ["identity", "headroom", "locator", "shm"],  # segment
+    ["identity", "headroom", "locator", "shm", "pollers"],  # segment
     ["steps", "layout", "atomics", "ring", "pages", "waiting", "endpoint", "arena"],  # protocol
     ["pickling", "framing", "wire", "remote", "sealing", "fanout", "channel"],  # transport
-    ["handshake", "observers", "roles", "groups", "lifetime", "compat", "outgoing", "queue"],  # front
+    ["handshake", "observers", "roles", "groups", "lifetime", "compat", "outgoing", "events", "queue"],  # front
     ["torch"],
     [""],  # the package itself: its public names
 ]

@@ -87,6 +87,7 @@ endpoints do not know what the bytes mean; :mod:`ringcast.framing` does.
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 
@@ -97,6 +98,8 @@ from .ring import ShmRingBuffer
 from .waiting import Cancel, Counters, WaitPolicy
 
 __all__ = ["WriterEndpoint", "ReaderEndpoint", "Observer", "OVERFLOW"]
+
+_log = logging.getLogger("ringcast")
 
 #: What a reader's ``copy_out`` returns for a chunk that is an overflow marker (the message's
 #: payload follows on the overflow channel); defined by ringcast._protocol, whose receive tests
@@ -147,6 +150,17 @@ class Observer:
 
     def evicted(self, ep: "WriterEndpoint", dead: list) -> None:
         """The writer has just evicted ``dead`` (``[(reader, pid)]``)."""
+
+    def wake_poller(self, ep: "_Endpoint", who: int) -> None:
+        """NotifySignal's I/O (core/rc_poll.c): make the descriptor of poller ``who`` (a reader's
+        index, or -1 for the writer), which armed its poll flag, readable. A poller that cannot be
+        reached (it exited, or closed its descriptor) is not this side's error: the default logs
+        it and goes on."""
+        try:
+            ep.ring.wake_poller(who)
+        except OSError as e:
+            _log.warning("ringcast %s: could not signal the descriptor of %s (%s); it sees its next message only "
+                         "when it looks again", ep.wait_label, "the writer" if who < 0 else f"reader {who}", e)
 
     def long_wait(self, ep: "_Endpoint", waited: float, unknown: list) -> None:
         """Called while parked, before each park (as :meth:`check_writer`), after the checks above: the

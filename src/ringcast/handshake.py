@@ -25,6 +25,8 @@ from .shm import is_int
 
 __all__ = ["Handle", "HANDLE_VERSION", "check_handle", "reader_role", "writer_handshake", "reader_handshake"]
 
+_UNSET = object()  # Handle(...)'s vLLM keywords: not given
+
 HANDLE_VERSION = 6  # 2: the subscription secret (topic); 3: the tensor arena; 4: remote readers are DEALERs (ringcast.fanout); 5: wire head with parts (wire.WIRE_HEAD), remote topic in front of a bytes first frame; 6: remote_cipher
 
 
@@ -49,8 +51,9 @@ class Handle:
     tensor_arena: tuple | None = None
     version: int = HANDLE_VERSION
 
-    # vLLM 0.33's names for two of its fields (attributes, not dataclass fields: ``Handle(...)``
-    # and ``dataclasses.replace`` take ringcast's names; docs/engine.md, "vLLM 0.33 compatibility").
+    # vLLM 0.33's names for two of its fields: attributes here, and keywords of ``Handle(...)``
+    # and so of ``dataclasses.replace(handle, tensor_arena_handle=...)`` (_vllm_names_init below);
+    # docs/engine.md, "vLLM 0.33 compatibility".
     @property
     def tensor_arena_handle(self) -> tuple | None:
         """vLLM's name of :attr:`tensor_arena` (read and written through; the tuple is ringcast's
@@ -67,6 +70,26 @@ class Handle:
         not a socket; this is :attr:`local_subscribe_addr` (None exactly when vLLM's is: no local
         readers), the socket a local reader joins and receives overflow payloads on."""
         return self.local_subscribe_addr
+
+
+_dataclass_init = Handle.__init__
+
+
+def _vllm_names_init(self, *args, tensor_arena_handle=_UNSET, local_notify_addr=_UNSET, **kwargs) -> None:
+    """The dataclass's __init__, plus vLLM's two names as keywords. Not dataclass fields, so that
+    ``dataclasses.replace`` passes only what its caller named: ``replace(h, tensor_arena_handle=x)``
+    sets the arena to x, ``replace(h, tensor_arena=x)`` too."""
+    _dataclass_init(self, *args, **kwargs)
+    if tensor_arena_handle is not _UNSET:
+        self.tensor_arena = tensor_arena_handle
+    if local_notify_addr is not _UNSET and local_notify_addr not in (None, self.local_subscribe_addr):
+        raise HandleError(
+            f"Handle(local_notify_addr={local_notify_addr!r}): ringcast has no notify socket (readers wake on futex "
+            "words in the ring); its local_notify_addr is local_subscribe_addr, so pass that address or leave it out"
+        )
+
+
+Handle.__init__ = _vllm_names_init
 
 
 def _bad_field(h: Handle) -> str | None:

@@ -9,8 +9,11 @@ One segment (all integers little-endian)::
                     | header: magic "RINGCAST", layout version, n_reader,          |
                     | max_chunk_bytes, max_chunks, writer pid + start time         |
     64              | writer-side wait line: write_seq (u32), reader_waiters (u32) |
+                    | reader_pollers (u32)                                         |
     128             | reader-side wait line: read_seq (u32), writer_waiters (u32)  |
+                    | writer_pollers (u32), writer's poll slot (at 144)            |
     192             | reader table: n_reader x (pid u32, state u32, start u64)     |
+    poll_offset     | poll table: n_reader x poll slot                             |
     data_offset     +------------------+------------------+-----+------------------+
                     | chunk 0          | chunk 1          | ... | chunk K-1        |
                     | max_chunk_bytes  | max_chunk_bytes  |     | max_chunk_bytes  |
@@ -36,6 +39,13 @@ Who stores what (the protocol, docs/protocol.md and spec/Ring.tla):
 * reader ``r`` only ever stores ``read_r := 1`` (after it has copied the chunk);
 * each side keeps its own index and advances one chunk at a time (strict FIFO, never skipping).
 
+A poll slot (16 bytes: flag u32, pipe fd i32, pipe inode u64) is a side's part of the descriptor
+wait (:mod:`ringcast.pollers`, core/rc_poll.c): the side that waits in an event loop writes
+the write end of its wake pipe (a descriptor number in its own process, and the pipe's inode)
+and then arms the flag; the other side's notify clears the flag and writes a byte into that pipe,
+which it opens through ``/proc/<pid>/fd/<fd>`` (the kernel allows that only to the same user)
+and checks by its inode. ``*_pollers`` count the flags set on each side.
+
 The header lets an attaching process reject a stale or foreign handle with a clear error
 instead of reading garbage. The two wait lines hold the eventcount words of
 :mod:`ringcast.waiting`, each on its own 64-byte cache line so that readers bumping
@@ -52,7 +62,7 @@ from .errors import LayoutError
 __all__ = ["MAGIC", "LAYOUT_VERSION", "MAX_READERS", "Layout"]
 
 MAGIC = b"RINGCAST"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: the pollers counts and poll slots of the descriptor wait
 #: The reader table and the per-chunk metadata grow with n_reader; 1024 readers keep a chunk's
 #: metadata within 17 cache lines, and no engine broadcasts to more ranks from one writer.
 MAX_READERS = 1024
@@ -64,6 +74,10 @@ WRITE_SEQ = 64  # bumped by the writer after publishing when readers are parked
 READER_WAITERS = 68  # number of readers parked (or about to park) on write_seq
 READ_SEQ = 128  # bumped by a reader after acknowledging when the writer is parked
 WRITER_WAITERS = 132  # number of writers parked on read_seq (0 or 1)
+READER_POLLERS = 72  # number of readers' poll flags set (the descriptor wait)
+WRITER_POLLERS = 136  # the writer's poll flag set (0 or 1)
+WRITER_POLL = 144  # the writer's poll slot
+_POLL_SLOT = struct.Struct("<IiQ")  # flag (the core's), pipe fd, pipe inode
 WRITER_PID = 32
 WRITER_START = 40
 READER_TABLE = 192
@@ -95,7 +109,9 @@ class Layout:
         _check_int("max_chunk_bytes", self.max_chunk_bytes, 1, 1 << 40)
         _check_int("max_chunks", self.max_chunks, 1, 1 << 20)
         # Derived offsets, computed once (they sit on the hot path).
-        data_offset = _align(READER_TABLE + _READER_ENTRY.size * self.n_reader)
+        poll_offset = READER_TABLE + _READER_ENTRY.size * self.n_reader
+        data_offset = _align(poll_offset + _POLL_SLOT.size * self.n_reader)
+        object.__setattr__(self, "poll_offset", poll_offset)
         meta_offset = data_offset + self.max_chunks * self.max_chunk_bytes
         object.__setattr__(self, "data_offset", data_offset)
         object.__setattr__(self, "meta_offset", meta_offset)
@@ -109,6 +125,19 @@ class Layout:
     def meta(self, i: int) -> int:
         """Offset of chunk ``i``'s written flag; reader ``r``'s read flag is at ``meta(i) + 1 + r``."""
         return self.meta_offset + i * self.meta_stride
+
+    def poll_slot(self, who: int) -> int:
+        """Offset of the poll slot of reader ``who`` (-1: the writer's); its flag is its first word."""
+        return WRITER_POLL if who < 0 else self.poll_offset + _POLL_SLOT.size * who
+
+    @staticmethod
+    def write_poll_target(buf, offset: int, fd: int, inode: int) -> None:
+        """A poller's wake pipe (its write end's descriptor number, the pipe's inode), before its arm."""
+        struct.pack_into("<iQ", buf, offset + 4, fd, inode)
+
+    @staticmethod
+    def read_poll_target(buf, offset: int) -> tuple[int, int]:
+        return struct.unpack_from("<iQ", buf, offset + 4)
 
     @staticmethod
     def reader_entry(r: int) -> int:

@@ -30,6 +30,7 @@ from .lifetime import release_on_collect
 from .endpoint import ReaderEndpoint, WriterEndpoint
 from .compat import POLL_ONCE, as_timeout, attach_arena, warn_default
 from .errors import RingTimeoutError, RoleError
+from .events import EventLoopWaits
 from .fanout import io_threads
 from .framing import MARK_INLINE, Pickler, Unpickler
 from .outgoing import OutgoingMessage
@@ -55,7 +56,7 @@ DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 
 
-class MessageQueue(QueueRole):
+class MessageQueue(EventLoopWaits, QueueRole):
     """One writer, ``n_reader`` readers (``n_local_reader`` of them on this node).
 
     The writer constructs it; readers get a :class:`Handle` (``export_handle()``) and call
@@ -328,6 +329,8 @@ class MessageQueue(QueueRole):
                     self._send_remote()
             self._messages += 1
             self._bytes += size
+            if self._descriptor is not None:
+                self._sync()  # readable again only if the next chunk is free
         finally:
             self._busy -= 1
 
@@ -373,10 +376,14 @@ class MessageQueue(QueueRole):
                 frames = sock.recv_multipart(copy=False) if sock.getsockopt(_EVENTS) & _POLLIN else None
                 if frames is None:  # none yet (or a READY meant for another reader)
                     frames = self._observer.recv_frames(sock, deadline, "waiting for a message", timeout, False)
+                if self._descriptor is not None:
+                    self._sync()
                 self._messages += 1
                 self._bytes += sum(len(f) for f in frames)
                 return self._unpickler.from_wire(frames)
             obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
+            if self._descriptor is not None:
+                self._sync()  # readable again only if the next message is there
             self._messages += 1
             if frames is None:
                 return obj
@@ -435,6 +442,7 @@ class MessageQueue(QueueRole):
         """Make every current and future wait of this queue object raise :class:`Cancelled`.
         Safe to call from another thread; ``close()`` afterwards releases everything."""
         self._cancelled.set()  # wakes the endpoint's sleepers; a closed ring is left alone
+        self._light_descriptor()  # and a loop waiting on fileno()
 
     def close(self) -> None:
         """Close sockets and unmap the ring; the writer also unlinks the segment. Idempotent.
@@ -459,6 +467,7 @@ class MessageQueue(QueueRole):
                 )
                 return
         self._cancelled.set()
+        self._light_descriptor()  # kept open (until the object goes) and readable: a loop on it meets ClosedError
         if self._finalizer is not None:
             self._finalizer.detach()  # released here, with the sockets' linger (queued messages flushed)
         channel.close_all((self.local_socket, self.remote_socket), self._auth, self._ctx, self._ipc_path)
@@ -467,6 +476,8 @@ class MessageQueue(QueueRole):
             if a is not None:
                 a.close()
         if self.buffer is not None:
+            if self._descriptor is not None and self._endpoint is not None:
+                self._endpoint.disarm()  # the other side signals this descriptor no more
             if isinstance(self._endpoint, ReaderEndpoint):
                 self._endpoint.release()
             self.buffer.unlink()

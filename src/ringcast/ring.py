@@ -44,7 +44,9 @@ from contextlib import contextmanager
 
 from .atomics import address_of
 from .errors import ClosedError, HandleError
-from .layout import READ_SEQ, READER_EVICTED, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_WAITERS, Layout
+from .layout import (READ_SEQ, READER_EVICTED, READER_POLLERS, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_POLL,
+                     WRITER_POLLERS, WRITER_WAITERS, Layout)
+from .pollers import Doorbells
 from .shm import Segment, process_alive, process_start_time
 
 __all__ = ["ShmRingBuffer"]
@@ -62,6 +64,7 @@ class ShmRingBuffer:
 
     segment = None
     _closed = True
+    _doorbells = None  # the descriptor wait's open ends of other processes' wake pipes
 
     def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, kind: str = "auto") -> None:
         layout = Layout(n_reader, max_chunk_bytes, max_chunks)
@@ -173,6 +176,22 @@ class ShmRingBuffer:
                     (dead if alive is False else unknown).append((r, pid))
         return dead, unknown
 
+    # -- the descriptor wait ------------------------------------------------------------------------
+    def set_poll_target(self, who: int, fd: int, inode: int) -> None:
+        """This process polls as ``who`` (a reader, or -1: the writer) with the wake pipe whose write
+        end is ``fd`` (of ``inode``): written before the side first arms (core/rc_poll.c)."""
+        self._check_open()
+        Layout.write_poll_target(self.buf, self.layout.poll_slot(who), fd, inode)
+
+    def wake_poller(self, who: int) -> None:
+        """NotifySignal's I/O: make poller ``who``'s descriptor readable (:mod:`ringcast.pollers`).
+        OSError if its pipe cannot be reached."""
+        if self._doorbells is None:
+            self._doorbells = Doorbells()
+        pid, _ = self.writer_process() if who < 0 else self.reader_process(who)
+        fd, inode = Layout.read_poll_target(self.buf, self.layout.poll_slot(who))
+        self._doorbells.ring(who, pid, fd, inode)
+
     def dead_readers(self, readers) -> list[tuple[int, int]]:
         """``[(reader, pid)]`` among ``readers`` that registered and are certainly dead."""
         return self.reader_liveness(readers)[0]
@@ -184,6 +203,8 @@ class ShmRingBuffer:
             return
         self._closed = True
         self.buf = None
+        if self._doorbells is not None:
+            self._doorbells.close()
         self.segment.close()
 
     def unlink(self) -> None:
@@ -215,10 +236,12 @@ class ShmRingBuffer:
         """Where a side of the protocol core finds everything in this mapping (an endpoint's
         ``_bind``; the lab's single steps): the mapping, chunk i's flag and data offsets, each
         reader's state word, the chunk size, the two eventcounts' words (write_seq, readers'
-        waiters, read_seq, the writer's waiters)."""
+        waiters, read_seq, the writer's waiters; the descriptor wait's counts of armed pollers, readers'
+        and the writer's, and the writer's poll flag), each reader's poll flag."""
         self._check_open()
         lay = self.layout
         metas = [lay.meta(i) for i in range(self.max_chunks)]
         datas = [lay.data(i) for i in range(self.max_chunks)]
         states = [Layout.reader_state_offset(r) for r in range(self.n_reader)]
-        return self.buf, metas, datas, states, self.max_chunk_bytes, (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS)
+        words = (WRITE_SEQ, READER_WAITERS, READ_SEQ, WRITER_WAITERS, READER_POLLERS, WRITER_POLLERS, WRITER_POLL)
+        return self.buf, metas, datas, states, self.max_chunk_bytes, words, [lay.poll_slot(r) for r in range(self.n_reader)]

@@ -16,7 +16,7 @@ typedef struct {
     PyObject *cancel;   /* a Cancel: the core's rc_cancel */
     long *pids;         /* the writer's: each probed reader's pid */
     /* resolved at _bind: the observer's methods, the ring's liveness, the endpoint's errors */
-    PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait;
+    PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait, *m_wake;
     PyObject *m_liveness, *m_evicted_error, *wait_label, *cancelled, *overflow_marker, *mv_release;
     /* one call's objects, for the upcalls */
     PyObject *frames_out, *unpublished, *copy_out, *kept, *frames_in, *deadline, *timeout;
@@ -25,7 +25,7 @@ typedef struct {
 
 #define EP_REFS(ep)                                                                                                      \
     &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error, &ep->m_check_writer, &ep->m_dead_error, \
-        &ep->m_evicted, &ep->m_long_wait, &ep->m_liveness, &ep->m_evicted_error, &ep->wait_label, &ep->cancelled,             \
+        &ep->m_evicted, &ep->m_long_wait, &ep->m_wake, &ep->m_liveness, &ep->m_evicted_error, &ep->wait_label, &ep->cancelled,             \
         &ep->overflow_marker, &ep->mv_release, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,             \
         &ep->frames_in, &ep->deadline, &ep->timeout
 
@@ -152,6 +152,16 @@ ep_report(void *ctx, int event, double value)
     return take_back(&e, called(r) == RC_OK);
 }
 
+/* NotifySignal's I/O: the observer's wake_poller(endpoint, who) makes the poller's descriptor readable */
+static int
+ep_signal(void *ctx, int who)
+{
+    Endpoint *ep = ctx;
+    saved_exc e;
+    put_aside(&e);
+    return take_back(&e, called(PyObject_CallFunction(ep->m_wake, "Oi", (PyObject *)ep, who)) == RC_OK);
+}
+
 /* The core's errors as the project's exceptions (chained to one being handled) */
 static void
 ep_fail(void *ctx, rc_status code, double value)
@@ -248,7 +258,7 @@ ep_bind(Endpoint *ep, PyObject *args)
                        .check_signals = side_check_signals, .futex_wait = side_futex_wait, .futex_wake = side_futex_wake,
                        .yield = side_yield, .sleep = c->clock_sleep ? harness_sleep : real_sleep, .probe = ep_probe,
                        .send_overflow = ep_send_overflow, .recv_overflow = ep_recv_overflow, .copy_out = ep_copy_out,
-                       .report = ep_report, .fail = ep_fail};
+                       .report = ep_report, .fail = ep_fail, .signal = ep_signal};
     if (side_build(c, where, r) < 0)
         return NULL;
     if ((ep->pids = PyMem_Calloc(c->layout.n_reader, sizeof(long))) == NULL)
@@ -260,12 +270,13 @@ ep_bind(Endpoint *ep, PyObject *args)
         const char *name;
     } m[] = {{&ep->m_send, obs, "send_overflow"}, {&ep->m_recv, obs, "recv_overflow"}, {&ep->m_timeout_error, obs, "timeout_error"},
              {&ep->m_check_writer, obs, "check_writer"}, {&ep->m_dead_error, obs, "dead_readers_error"},
-             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->wait_label, (PyObject *)ep, "wait_label"},
+             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->m_wake, obs, "wake_poller"},
+             {&ep->wait_label, (PyObject *)ep, "wait_label"},
              {&ep->m_evicted_error, (PyObject *)Py_TYPE(ep), "_evicted_error"}}; /* the class's: no cycle */
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         PyObject *v = PyObject_GetAttrString(m[k].obj, m[k].name);
         if (v == NULL) {
-            if (k < 8 || !PyErr_ExceptionMatches(PyExc_AttributeError))
+            if (k < 9 || !PyErr_ExceptionMatches(PyExc_AttributeError))
                 return NULL;
             PyErr_Clear(); /* a writer has no _evicted_error */
         }

@@ -276,14 +276,14 @@ grow(Py_ssize_t *min_len, size_t end)
 }
 
 /* The side of a ring over `where` = ShmRingBuffer.offsets(): (buf, metas, datas, states,
- * max_chunk_bytes, words (write_seq, reader_waiters, read_seq, writer_waiters)); r: the reader,
- * or RC_WRITER. Its interface (c->io) is the caller's, filled before. */
+ * max_chunk_bytes, words (write_seq, reader_waiters, read_seq, writer_waiters, reader_pollers,
+ * writer_pollers, writer_poll), polls); r: the reader, or RC_WRITER. Its interface (c->io) is the caller's, filled before. */
 static int
 side_build(Side *c, PyObject *where, long r)
 {
-    PyObject *buf, *metas, *datas, *states, *words;
+    PyObject *buf, *metas, *datas, *states, *words, *polls;
     Py_ssize_t mcb;
-    if (!PyArg_ParseTuple(where, "OOOOnO:ring offsets", &buf, &metas, &datas, &states, &mcb, &words))
+    if (!PyArg_ParseTuple(where, "OOOOnOO:ring offsets", &buf, &metas, &datas, &states, &mcb, &words, &polls))
         return -1;
     if (c->offs != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a ring side is built once");
@@ -301,8 +301,8 @@ side_build(Side *c, PyObject *where, long r)
         PyErr_Format(PyExc_IndexError, "reader %ld out of range for n_reader=%zd", r, n_reader);
         return -1;
     }
-    size_t w[4];
-    c->offs = PyMem_Calloc(2 * max_chunks + n_reader, sizeof(size_t));
+    size_t w[7];
+    c->offs = PyMem_Calloc(2 * max_chunks + 2 * n_reader, sizeof(size_t));
     c->live = PyMem_Calloc(2 * n_reader, 1);
     if (c->offs == NULL || c->live == NULL) {
         PyErr_NoMemory();
@@ -310,19 +310,28 @@ side_build(Side *c, PyObject *where, long r)
     }
     c->liveness = c->live + n_reader;
     if (offsets(metas, max_chunks, "metas", c->offs) < 0 || offsets(datas, max_chunks, "datas", c->offs + max_chunks) < 0
-        || offsets(states, n_reader, "states", c->offs + 2 * max_chunks) < 0 || offsets(words, 4, "words", w) < 0)
+        || offsets(states, n_reader, "states", c->offs + 2 * max_chunks) < 0 || offsets(words, 7, "words", w) < 0
+        || offsets(polls, n_reader, "polls", c->offs + 2 * max_chunks + n_reader) < 0)
         return -1;
     rc_layout *L = &c->layout;
     *L = (rc_layout){.n_reader = (uint32_t)n_reader, .max_chunks = (uint32_t)max_chunks, .max_chunk_bytes = (size_t)mcb,
                      .metas = c->offs, .datas = c->offs + max_chunks, .states = c->offs + 2 * max_chunks,
-                     .write_seq = w[0], .reader_waiters = w[1], .read_seq = w[2], .writer_waiters = w[3]};
+                     .write_seq = w[0], .reader_waiters = w[1], .read_seq = w[2], .writer_waiters = w[3],
+                     .reader_pollers = w[4], .writer_pollers = w[5], .writer_poll = w[6],
+                     .polls = c->offs + 2 * max_chunks + n_reader};
     for (Py_ssize_t i = 0; i < max_chunks; i++) {
         grow(&c->min_len, L->metas[i] + 1 + n_reader);
         grow(&c->min_len, L->datas[i] + mcb);
     }
-    for (Py_ssize_t q = 0; q < n_reader; q++)
+    for (Py_ssize_t q = 0; q < n_reader; q++) {
         grow(&c->min_len, L->states[q] + 4);
-    for (int k = 0; k < 4; k++) {
+        grow(&c->min_len, L->polls[q] + 4);
+        if (L->polls[q] % 4 != 0) {
+            PyErr_Format(PyExc_ValueError, "polls: offset %zu is not 4-byte aligned", L->polls[q]);
+            return -1;
+        }
+    }
+    for (int k = 0; k < 7; k++) {
         if (w[k] % 4 != 0) {
             PyErr_Format(PyExc_ValueError, "words: offset %zu is not 4-byte aligned", w[k]);
             return -1;

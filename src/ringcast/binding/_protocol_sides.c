@@ -320,6 +320,50 @@ ep_dealloc(Endpoint *ep)
     Py_DECREF(tp);
 }
 
+/* poll(arm, check) -> bool: one round of the descriptor wait (core/rc_poll.c: rc_reader_poll,
+ * rc_writer_poll; poll_consumed: rc_writer_poll_consumed) */
+static PyObject *
+poll_call(Endpoint *ep, PyObject *args, int consumed)
+{
+    int arm, check, ready = 0;
+    if (!PyArg_ParseTuple(args, "pp:poll", &arm, &check))
+        return NULL;
+    Side *c = enter(ep);
+    if (c == NULL)
+        return NULL;
+    int rc = c->st.s.side != RC_WRITER ? rc_reader_poll(&c->st.r, arm, check, &ready)
+             : consumed                ? rc_writer_poll_consumed(&c->st.w, arm, check, &ready)
+                                       : rc_writer_poll(&c->st.w, arm, check, &ready);
+    return leave(ep, c, rc, PyBool_FromLong(ready));
+}
+
+static PyObject *
+ep_poll(Endpoint *ep, PyObject *args)
+{
+    return poll_call(ep, args, 0);
+}
+
+static PyObject *
+wep_poll_consumed(Endpoint *ep, PyObject *args)
+{
+    return poll_call(ep, args, 1);
+}
+
+/* disarm(): PollDisarm (the side stops polling) */
+static PyObject *
+ep_disarm(Endpoint *ep, PyObject *unused)
+{
+    Side *c = enter(ep);
+    return c == NULL ? NULL : leave(ep, c, rc_poll_disarm(&c->st.s), Py_NewRef(Py_None));
+}
+
+/* drain(timeout=None): until every live reader has acked the last published chunk */
+static PyObject *
+wep_drain(Endpoint *ep, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return call_core(ep, (core_entry){.writer_timed = rc_writer_drain}, "drain()", args, nargs, kwnames);
+}
+
 static PyObject *
 ep_get_index(Endpoint *ep, void *closure)
 {
@@ -340,7 +384,9 @@ ep_get_counters(Endpoint *ep, void *closure)
     {"_bind", (PyCFunction)ep_bind, METH_VARARGS,                                                                        \
      "_bind(offsets, r, liveness, observer, counters, cancel, policy, evict_dead_readers): build the side, fill the "     \
      "core's interface (once)."},                                                                                        \
-    {"wake_all", (PyCFunction)ep_wake_all, METH_NOARGS, "Wake every sleeper on the ring (shutdown; not a spec action)."}
+    {"wake_all", (PyCFunction)ep_wake_all, METH_NOARGS, "Wake every sleeper on the ring (shutdown; not a spec action)."}, \
+    {"poll", (PyCFunction)ep_poll, METH_VARARGS, "poll(arm, check) -> bool: one round of the descriptor wait (core/rc_poll.c)."}, \
+    {"disarm", (PyCFunction)ep_disarm, METH_NOARGS, "disarm(): PollDisarm, the side stops polling."}
 
 static PyGetSetDef wep_getset[] = {
     EP_GETSET,
@@ -358,6 +404,10 @@ static PyMethodDef wep_methods[] = {
     {"_acquire_write", (PyCFunction)wep_acquire_write, METH_O, "_acquire_write(timeout): claim; the chunk's view to fill."},
     {"_commit_write", (PyCFunction)wep_commit_write, METH_NOARGS, "_commit_write(): publish the acquired chunk."},
     {"_abort_write", (PyCFunction)wep_abort_write, METH_NOARGS, "_abort_write(): drop the acquired chunk's message."},
+    {"poll_consumed", (PyCFunction)wep_poll_consumed, METH_VARARGS,
+     "poll_consumed(arm, check) -> bool: the descriptor wait's round for every live reader done with the last message."},
+    {"drain", (PyCFunction)(void (*)(void))wep_drain, METH_FASTCALL | METH_KEYWORDS,
+     "drain($self, /, timeout=None)\n--\n\nWait until every live reader has acked the last published chunk (rc_writer_drain)."},
     {"unread_readers", (PyCFunction)wep_unread_readers, METH_NOARGS,
      "The live readers that have not read the chunk at the cursor (what a claim waits for)."},
     EP_COMMON_METHODS,

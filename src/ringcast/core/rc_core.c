@@ -1,6 +1,7 @@
 /* rc_core.c: the protocol core (rc_core.h has the picture): each side's per-message state
  * machine, every transition of a side in this file, with every decision of a side (each eviction:
  * writer_idle, reader_idle); the steps are rc_steps.c's, the eventcount and the wait rc_wait.c's,
+ * the descriptor wait rc_poll.c's,
  * single steps for tests rc_single.c's (included: one translation unit, plain C, no CPython header).
  *
  * The CPython extension (src/ringcast/binding/_protocol.c) includes this file; a model checker's harness
@@ -92,8 +93,8 @@ rc_writer_claim(rc_writer *w, double timeout)
     return side_wait(&w->s, timeout, writer_ready, writer_idle);
 }
 
-/* The one scan of "the live readers that have not read the chunk at the writer's cursor" (peeks,
- * not steps): mark[r] RC_UNREAD for each, else RC_ALIVE; how many, or an error */
+/* The one scan of "the live readers that have not read the chunk at the writer's cursor" (while
+ * a consumed wait runs: the last published chunk; peeks, not steps): mark[r] RC_UNREAD for each, else RC_ALIVE; how many, or an error */
 int
 rc_writer_unread(rc_writer *w, uint8_t *mark)
 {
@@ -101,7 +102,8 @@ rc_writer_unread(rc_writer *w, uint8_t *mark)
     uint8_t *base = pin(s);
     if (base == NULL)
         return RC_ERR_CLOSED;
-    const uint8_t *m = base + s->layout->metas[s->index];
+    size_t chunk = w->draining ? (s->index + s->layout->max_chunks - 1) % s->layout->max_chunks : s->index;
+    const uint8_t *m = base + s->layout->metas[chunk];
     int written = rc_load_u8(m) == 1, n = 0;
     for (uint32_t r = 0; r < s->layout->n_reader; r++) {
         int unread = written && w->live[r] && rc_load_u8(m + 1 + r) == 0;
@@ -467,6 +469,8 @@ rc_reader_release(rc_reader *rd)
     rd->phase = RC_R_IDLE;
     return check_and_ack(rd, RC_OK, 0);
 }
+
+#include "rc_poll.c" /* the descriptor wait: its steps and entry points (after the sides' looks and idles) */
 
 #ifdef RC_SINGLE_STEPS /* the lab's test extension only: the runtime runs whole sequences */
 #include "rc_single.c"

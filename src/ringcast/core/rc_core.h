@@ -69,6 +69,10 @@ typedef enum rc_action {
     RC_ParkRetire,
     RC_NotifyLoadWaiters,
     RC_NotifyWake,
+    RC_PollArm,      /* the descriptor wait (rc_poll.c) */
+    RC_PollRecheck,
+    RC_PollDisarm,
+    RC_NotifySignal,
     RC_N_ACTIONS
 } rc_action;
 
@@ -96,6 +100,11 @@ typedef struct rc_layout {
     const size_t *states; /* reader r's state word (its low byte: RC_READER_EVICTED) */
     size_t write_seq, reader_waiters; /* the eventcount readers park on (32-bit words) */
     size_t read_seq, writer_waiters;  /* the eventcount the writer parks on */
+    /* the descriptor wait (rc_poll.c): each side's poll flag (32-bit: 1 armed) and, per
+     * eventcount, how many of its side's flags are set */
+    const size_t *polls;              /* reader r's poll flag */
+    size_t writer_poll;               /* the writer's poll flag */
+    size_t reader_pollers, writer_pollers;
 } rc_layout;
 
 #define RC_READER_EVICTED 1
@@ -163,6 +172,8 @@ typedef struct rc_writer {
     int wake_owed;       /* a published message's notify was cut short */
     rc_writer_phase phase;
     long claimed;        /* the chunk of the message in flight (-1: none) */
+    int draining;        /* a consumed wait runs: the unread scan (and so the idle checks) looks at
+                            the last published chunk, not the cursor's */
 } rc_writer;
 
 typedef enum rc_reader_phase {
@@ -219,6 +230,9 @@ typedef struct rc_iface {
      * waited (RC_ERR_TIMEOUT, RC_ERR_DEAD_READERS), the payload's bytes (RC_ERR_TOO_BIG), 1 if a
      * copy was dropped or 0 if the reader was found evicted while it waited (RC_ERR_EVICTED), else 0 */
     void (*fail)(void *ctx, rc_status code, double value);
+    /* NotifySignal's I/O: make the descriptor of poller `who` (RC_WRITER or a reader) readable
+     * (it armed its poll flag, which the notify has just cleared): RC_OK or RC_ERR_RAISED */
+    int (*signal)(void *ctx, int who);
 } rc_iface;
 
 /* ------------------------------------------------------------------------ entry points -- */
@@ -282,6 +296,23 @@ int rc_notify(rc_side *s);
  * one scan, which the parked writer's checks use too): mark[r] (n_reader bytes) RC_UNREAD for
  * each, else RC_ALIVE; returns how many, or an error */
 int rc_writer_unread(rc_writer *w, uint8_t *mark);
+
+/* The descriptor wait (rc_poll.c: a side that waits in an event loop, on a descriptor its notifier
+ * signals, instead of parking). One round: the side's look; not ready and `arm`: PollArm (its poll
+ * flag; F6W) and PollRecheck (the look again), and if that finds it ready PollDisarm; not ready
+ * and `check`: the side's idle checks (the wait's: eviction, dead peers, as before a park).
+ * *ready: whether the side's next operation finds what it waits for (a reader: a message, or an
+ * error at once: gone, a payload owed; the writer: a free chunk, or with rc_writer_poll_consumed
+ * every live reader done with the last published chunk). Armed and not ready: the next notify of
+ * the other side signals this side's descriptor (io->signal) and clears the flag. */
+int rc_reader_poll(rc_reader *r, int arm, int check, int *ready);
+int rc_writer_poll(rc_writer *w, int arm, int check, int *ready);
+int rc_writer_poll_consumed(rc_writer *w, int arm, int check, int *ready);
+/* The side stops polling: PollDisarm (its flag cleared, the count with it). */
+int rc_poll_disarm(rc_side *s);
+/* The writer's consumed wait: until every live reader has acknowledged the last published chunk
+ * (readers read in order: every message so far), the wait and its idle checks as a claim's. */
+int rc_writer_drain(rc_writer *w, double timeout);
 
 /* The eventcount's steps on its two words (the sequence pins the mapping and calls them; the
  * lab's test extension's EventCount too, on words at fixed addresses): RC_OK or an error */

@@ -136,6 +136,24 @@ rc_fetch_add_u32(uint32_t *p, uint32_t delta)
     return old;
 }
 
+/* F6W alone (PollArm: after the poll flag's exchange and the count's RMW) */
+RC_INLINE void
+rc_fence_f6w(void)
+{
+#ifdef RINGCAST_TEST_DROP_F6W
+    rc_compiler_barrier();
+#else
+    rc_fence();
+#endif
+}
+
+/* A poll flag's seq_cst exchange (rc_poll.c): its old value says who flipped it */
+RC_INLINE uint32_t
+rc_exchange_u32(uint32_t *p, uint32_t v)
+{
+    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+}
+
 /* The test-only switches this translation unit was built with ("" in a shipped build). */
 #if defined(RINGCAST_TEST_DROP_F6N) && defined(RINGCAST_TEST_DROP_F6W)
 #define RC_DROPPED_IN_HEADER "F6N F6W "

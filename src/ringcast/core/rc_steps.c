@@ -57,7 +57,7 @@ const char *const rc_action_names[RC_N_ACTIONS] = {
     "WriterClaim", "WriterClearWritten", "WriterWritePayload", "WriterSendOverflow", "WriterClearReadFlag",
     "WriterPublish", "WriterEvict", "ReaderLoadWritten", "ReaderLoadReadFlag", "ReaderCopy", "ReaderCheckEvicted",
     "ReaderAck", "ReaderRecvOverflow", "ParkSnapshot", "ParkAnnounce", "ParkRecheck", "ParkSleep", "ParkRetire",
-    "NotifyLoadWaiters", "NotifyWake",
+    "NotifyLoadWaiters", "NotifyWake", "PollArm", "PollRecheck", "PollDisarm", "NotifySignal",
 };
 
 rc_hook_fn rc_step_hook = NULL;

@@ -101,6 +101,10 @@ eventcount(const rc_side *s, int parks, size_t *seq, size_t *waiters)
     *waiters = on_write_seq ? L->reader_waiters : L->writer_waiters;
 }
 
+static int notify_signal(const rc_side *s, uint8_t *base); /* rc_poll.c */
+
+/* NotifyLoadWaiters (F6N, n := waiters; after the same fence the armed pollers' count p, the
+ * descriptor wait's), [NotifyWake], [NotifySignal] */
 int
 rc_notify(rc_side *s)
 {
@@ -111,8 +115,11 @@ rc_notify(rc_side *s)
         return RC_ERR_CLOSED;
     uint32_t n = 0;
     int rc = rc_notify_load_waiters(s, word_at(base, wo), &n);
+    uint32_t p = rc_load_u32(word_at(base, s->side == RC_WRITER ? s->layout->reader_pollers : s->layout->writer_pollers));
     if (rc == RC_OK && n > 0)
         rc = rc_notify_wake(s, word_at(base, so));
+    if (rc == RC_OK && p != 0)
+        rc = notify_signal(s, base);
     unpin(s);
     return rc;
 }

@@ -19,6 +19,7 @@ static int steps_probe(void *ctx, int who, double waited) { return no_observer()
 static int steps_io(void *ctx) { return no_observer(); }
 static int steps_copy_out(void *ctx, const uint8_t *data, size_t len) { return no_observer(); }
 static int steps_report(void *ctx, int event, double value) { return no_observer(); }
+static int steps_signal(void *ctx, int who) { return no_observer(); }
 
 static void
 steps_fail(void *ctx, rc_status code, double value)
@@ -47,7 +48,8 @@ steps_init(Steps *c, PyObject *args, long r)
     c->io = (rc_iface){.ctx = c, .pin = side_pin, .unpin = side_unpin, .now = real_now, .check_signals = side_check_signals,
                        .futex_wait = side_futex_wait, .futex_wake = side_futex_wake, .yield = side_yield,
                        .sleep = real_sleep, .probe = steps_probe, .send_overflow = steps_io, .recv_overflow = steps_io,
-                       .copy_out = steps_copy_out, .report = steps_report, .fail = steps_fail};
+                       .copy_out = steps_copy_out, .report = steps_report, .fail = steps_fail,
+                       .signal = steps_signal};
     int rc = side_build(c, where, r);
     Py_DECREF(where);
     return rc;

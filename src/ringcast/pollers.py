@@ -1,0 +1,156 @@
+"""The descriptors of the descriptor wait: what ``MessageQueue.fileno()`` returns and how the other
+side makes it readable, across processes, with no thread and no lost wake-up.
+
+The protocol is the core's (src/ringcast/core/rc_poll.c, spec/Ring.tla ``PollArm``,
+``PollRecheck``, ``PollDisarm``, ``NotifySignal``): a side that waits in an event loop arms a
+poll flag in the mapping and re-checks; the other side's notify clears each armed flag and
+signals that poller. This module is the signal's I/O, in three parts:
+
+* :class:`WakePipe`, the poller's own pipe: readable while it holds a byte. The poller drains it
+  before it arms and re-checks, and writes a byte into it itself when the re-check finds it ready,
+  so the pipe is readable exactly while the side's next operation would not wait (level-triggered;
+  at most one stale byte per message, from a signal that crossed the poller's own drain).
+* :class:`Doorbells`, the notifier's: it opens the poller's write end through
+  ``/proc/<poller pid>/fd/<fd>`` (the poll slot says which fd, and the pipe's inode, which the
+  opened file must match: a recycled pid or descriptor number is refused) and writes one byte.
+  The kernel lets only the poller's own user (and root) open another process's descriptor, the
+  same rule that protects the memfd segment: nothing another user can reach.
+* :class:`Descriptor`, what ``fileno()`` is: an epoll set over the wake pipe, a pidfd per peer
+  process (a peer that dies makes it readable: the next operation raises, naming the peer) and,
+  for a remote reader, its socket's ``ZMQ_FD`` (edge-triggered by itself; the queue reads
+  ``ZMQ_EVENTS`` after every wake-up and mirrors the answer into the pipe). An epoll descriptor is
+  itself pollable, so the one number serves ``select``, ``selectors``, ``zmq.Poller`` and
+  ``loop.add_reader``.
+
+Why a pipe (docs/engine.md, "Waiting in an event loop", has the alternatives): an eventfd cannot
+be opened through /proc (ENXIO), so it would have to travel over a Unix socket (SCM_RIGHTS), a
+second channel beside the ZeroMQ one; a FIFO in the file system is a name to leak and to guard;
+the futex has no descriptor form (FUTEX_FD was removed from Linux in 2.6.26).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import stat
+
+__all__ = ["WakePipe", "Doorbells", "Descriptor"]
+
+_BYTE = b"\x01"
+
+
+class WakePipe:
+    """A poller's pipe. ``w`` and ``inode`` go into its poll slot before it arms."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.inode = os.fstat(self.r).st_ino
+
+    def drain(self) -> None:
+        """Read every byte (unreadable until the next signal)."""
+        try:
+            while os.read(self.r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def light(self) -> None:
+        """Make it readable (a full pipe is readable already)."""
+        try:
+            os.write(self.w, _BYTE)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.r, self.w):
+            os.close(fd)
+        self.r = self.w = -1
+
+
+class Doorbells:
+    """The notifier's open ends of the other side's wake pipes, by poller (reader index, or -1)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[int, int, int, int]] = {}  # who -> (pid, fd, inode, our descriptor)
+
+    def ring(self, who: int, pid: int, fd: int, inode: int) -> None:
+        """Write a byte into poller ``who``'s pipe (process ``pid``'s descriptor ``fd``, of inode
+        ``inode``). OSError if it cannot be opened or is not that pipe (the poller has exited, or
+        closed its descriptor)."""
+        cached = self._open.get(who)
+        if cached is None or cached[:3] != (pid, fd, inode):
+            self.forget(who)
+            ours = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            st = os.fstat(ours)
+            if not stat.S_ISFIFO(st.st_mode) or st.st_ino != inode:
+                os.close(ours)
+                raise OSError(f"/proc/{pid}/fd/{fd} is not the wake pipe of inode {inode} that the poll slot names")
+            cached = self._open[who] = (pid, fd, inode, ours)
+        try:
+            os.write(cached[3], _BYTE)
+        except BlockingIOError:
+            pass  # full: readable already
+        except OSError:
+            self.forget(who)  # EPIPE: nobody reads it any more
+            raise
+
+    def forget(self, who: int) -> None:
+        cached = self._open.pop(who, None)
+        if cached is not None:
+            os.close(cached[3])
+
+    def close(self) -> None:
+        for who in list(self._open):
+            self.forget(who)
+
+
+class Descriptor:
+    """An epoll set over a :class:`WakePipe`, the peers' pidfds and extra descriptors (not owned)."""
+
+    def __init__(self) -> None:
+        self.pipe = WakePipe()
+        self._epoll = select.epoll()  # close-on-exec
+        self._epoll.register(self.pipe.r, select.EPOLLIN)
+        self._peers: dict[int, int] = {}  # key -> pidfd
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def watch_process(self, key: int, pid: int) -> bool:
+        """Readable once process ``pid`` exits; False where no pidfd can be had (then its exit is
+        seen only by the blocking waits' checks)."""
+        if key in self._peers or not pid:
+            return key in self._peers
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):  # gone already (ESRCH: the next check names it), or no pidfd
+            return False
+        self._peers[key] = fd
+        self._epoll.register(fd, select.EPOLLIN)
+        return True
+
+    def unwatch(self, key: int) -> None:
+        fd = self._peers.pop(key, None)
+        if fd is not None:
+            self._epoll.unregister(fd)
+            os.close(fd)
+
+    def watched(self) -> list[int]:
+        return list(self._peers)
+
+    def watch_fd(self, fd: int) -> None:
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def peers_exited(self) -> bool:
+        """Has a watched peer exited (its pidfd readable)? One system call."""
+        if not self._peers:
+            return False
+        return bool(select.select(list(self._peers.values()), [], [], 0)[0])
+
+    def close(self) -> None:
+        if self.pipe.r < 0:
+            return
+        for key in list(self._peers):
+            self.unwatch(key)
+        self._epoll.close()
+        self.pipe.close()
