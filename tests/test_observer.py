@@ -20,7 +20,7 @@ from ringcast.identity import process_start_time
 from ringcast.layout import Layout
 from ringcast.waiting import WaitPolicy
 
-from test_queue import Group
+from _pairs import Group
 
 POLICY = WaitPolicy(spin=0.0, recheck_interval=0.01)
 

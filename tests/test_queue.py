@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 import random
 import socket
-import threading
 
 import numpy as np
 import pytest
@@ -21,26 +20,8 @@ from ringcast import (
 from ringcast.queue import Handle
 
 import _workers
-from _procs import CTX, Children
-
-
-class Group:
-    """A writer and its local readers in one process (readers driven by threads)."""
-
-    def __init__(self, n_reader=2, mcb=256, chunks=2, evict_dead_readers=False, **kw):
-        self.w = MessageQueue(n_reader, n_reader, max_chunk_bytes=mcb, max_chunks=chunks, evict_dead_readers=evict_dead_readers, **kw)
-        h = pickle.loads(pickle.dumps(self.w.export_handle()))
-        self.rs = [MessageQueue.create_from_handle(h, i, **kw) for i in range(n_reader)]
-        ts = [threading.Thread(target=r.wait_until_ready, args=(10,)) for r in self.rs]
-        for t in ts:
-            t.start()
-        self.w.wait_until_ready(10)
-        for t in ts:
-            t.join()
-
-    def close(self):
-        for q in [self.w, *self.rs]:
-            q.close()
+from _pairs import Group
+from _procs import Children
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from ringcast import shm as shm_mod
 
 import _workers
 from _procs import CTX, Children, can_mount_small_shm, python_under_small_shm
-from test_queue import Group
+from _pairs import Group
 
 
 def _kill(p):

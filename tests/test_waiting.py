@@ -17,7 +17,7 @@ from ringcast.waiting import WaitPolicy
 
 import _workers
 from _procs import CTX, Children
-from test_queue import Group
+from _pairs import Group
 
 
 def _run_thread(fn):

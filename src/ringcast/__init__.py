@@ -18,6 +18,8 @@ import cycle exists, imports inside functions included):
 * :mod:`ringcast.locator` - where a segment is (the :class:`~ringcast.locator.Locator` a handle
   carries); pure data.
 * :mod:`ringcast.shm` - creating/attaching shared memory segments; their pages reserved on use.
+* :mod:`ringcast.pollers` - the descriptor wait's file descriptors: a poller's wake pipe, the
+  notifier's doorbells (through /proc/<pid>/fd, checked by inode), the epoll set ``fileno()`` is.
 * :mod:`ringcast.ring` - :class:`ShmRingBuffer`: a segment and its layout (the offsets an
   endpoint binds the protocol core to).
 * :mod:`ringcast.pages` - a writer's ring pages, reserved as messages first need them
@@ -60,6 +62,9 @@ import cycle exists, imports inside functions included):
   blocking ``gc.collect()``).
 * :mod:`ringcast.compat` - how the front reads what a vLLM caller passes (timeouts, the
   long-wait interval's environment variable, an arena that cannot be attached).
+* :mod:`ringcast.events` - waiting in an event loop (MessageQueue's mixin): ``ready()``,
+  ``dequeue_nowait()``, the level-triggered ``fileno()``, ``dequeue_async`` / ``enqueue_async``,
+  the writer's consumed wait; the protocol is the core's descriptor wait (core/rc_poll.c).
 * :mod:`ringcast.queue` - :class:`MessageQueue`, the vLLM-compatible front: it ties the
   endpoint, framing, channel, handshake and roles of one side together; lifetime and shutdown.
 * :mod:`ringcast.torch` - the torch half (optional extra): process groups, tensor dicts,
@@ -87,6 +92,7 @@ from .errors import (
     RoleError as RoleError,
     ShmSpaceError as ShmSpaceError,
 )
+from .events import NOTHING as NOTHING
 from .queue import Handle as Handle, MessageQueue as MessageQueue, QueueStatistics as QueueStatistics, Role as Role
 from .ring import ShmRingBuffer as ShmRingBuffer
 
@@ -103,6 +109,7 @@ __all__ = [
     "ImpostorError",
     "LayoutError",
     "MessageQueue",
+    "NOTHING",
     "PayloadError",
     "PeerDiedError",
     "QueueStatistics",
