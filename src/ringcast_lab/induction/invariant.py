@@ -2,33 +2,17 @@
 
 Each ``inv_*`` function is the conjunct group of the same name in RingInd.tla (InvWriter is
 ``inv_writer``, ...).  Quantifiers range over chunks, readers and sequence indices, bounded by
-guards (EPR style, with integer bounds); the only existential ones are the FIFO's (a FIFO
-element is some place of sent, a place of sent is some FIFO element), which z3's MBQI
-instantiates without hints in every obligation (measured: see __main__).
+guards (EPR style, with integer bounds; ``quant``: expanded at numeral sizes); the only
+existential ones are InvFifo's (a FIFO element is some place of sent, a place of sent is some
+FIFO element): the induction step needs an instantiation hint for them (obligations._fifo_hint,
+every action), and one for InvClaim after WriterClaim (obligations._claim_hint).
 """
 from __future__ import annotations
 
 import z3
 
+from .quant import exists, forall
 from .ring import PC, RPC, Config, Params, done, pay_idx, pos
-
-_fresh = iter(range(10**9))
-
-
-def _v(name):
-    return z3.Int(f"_{name}{next(_fresh)}")
-
-
-def forall(bounds, body):
-    """\\A x \\in lo .. hi : body(x, ...), for bounds [(lo, hi), ...] (hi inclusive)."""
-    xs = [_v("q") for _ in bounds]
-    rng = [z3.And(lo <= x, x <= hi) for x, (lo, hi) in zip(xs, bounds)]
-    return z3.ForAll(xs, z3.Implies(z3.And(*rng), body(*xs)))
-
-
-def exists(lo, hi, body):
-    x = _v("e")
-    return z3.Exists([x], z3.And(lo <= x, x <= hi, body(x)))
 
 
 class View:
@@ -112,8 +96,7 @@ def inv_writer(v: View):
 
 
 def _dropped_below(dropped, msg):
-    d = _v("d")
-    return z3.ForAll([d], z3.Implies(dropped[d], z3.And(1 <= d, d <= msg - 1)))
+    return forall(None, lambda d: z3.Implies(dropped[d], z3.And(1 <= d, d <= msg - 1)))
 
 
 def inv_sent(v: View):

@@ -1,42 +1,29 @@
 """The proof obligations of spec/RingInd.tla's IndInv, for every N, NR, M, Big and CrashSet.
 
-* ``Init => IndInv``, ``IndInv /\\ Next => IndInv'`` (one query per disjunct of Next, for a
-  symbolic reader r), ``IndInv => IndSafety``;
-* non-vacuity: Init is satisfiable, every disjunct of Next is enabled in some IndInv state;
-* every known-bad SC variant of the manifest (``BAD_VARIANTS``) gives a counterexample to
-  induction (or Init breaks IndInv), printed in the spec's terms.
+``Init => IndInv``, ``IndInv /\\ Next => IndInv'`` (one query per disjunct of Next and
+conjunct of IndInv', for a symbolic reader r), ``IndInv => IndSafety``: each ``proved`` (unsat
+of its negation), or ``sat`` / ``unknown`` (a timeout: ``TIMEOUT_MS``).  Non-vacuity and the
+bad variants' counterexamples to induction are ``cti``'s (at small numeral sizes).
 
 Lemma instances: ``below`` (the cardinality in Pos) gets its step lemma at msg and its insert
 lemma at msg (the only new element an action adds to dropped), each in the state before and
-after the step.  No other hint is needed.
+after the step.  Instantiation hints (``HINTS``): InvFifo' after every step (its \\A-\\E
+conjuncts: witnesses, ``_fifo_hint``), InvClaim' after WriterClaim (the guard's \\A r at the
+goal's reader, ``_claim_hint``).  Each is a sound strengthening; its docstring says why.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import z3
 
 from .invariant import ind_inv, safety
-from .ring import (PC, READER_PCS, RPC, WRITER_PCS, Config, actions, below, below_insert, below_step,
-                   fresh_state, init, symbolic_params)
+from .quant import forall
+from .ring import (PC, RPC, Config, actions, below, below_insert, below_step, describe, fresh_state, init,
+                   symbolic_params)
 
 TIMEOUT_MS = 30_000
-
-# The manifest's must-fail models at the SC level, as switches of the shipped configuration.
-BAD_VARIANTS = {
-    "ring_publish_before_clear": dict(order="OrderPublishBeforeClear"),
-    "ring_clear_flags_first": dict(order="OrderClearFlagsFirst"),
-    "ring_publish_before_payload": dict(order="OrderPublishBeforePayload"),
-    "ring_payload_last": dict(order="OrderPayloadLast"),
-    "ring_skip_reader": dict(skip_reader=True),
-    "ring_init_written": dict(init_written=1),
-    "overflow_giveup": dict(recv_mode="giveup"),
-    "overflow_send_after_publish_giveup": dict(order="OrderSendAfterPublish", recv_mode="giveup"),
-    "overflow_recv_interrupt": dict(recv_int="unsafe"),
-    "abort_unsent_n1": dict(abort="unsent"),
-    "abort_drop_after_send": dict(abort="drop"),
-}
 
 SHIPPED = Config()  # overflow_code + abort_code + evict_correct: the code's configuration
 
@@ -100,7 +87,7 @@ def init_obligation(cfg: Config, goal_names=None):
     for name, conj in inv.items():
         v, m = _check(f"Init => {name}", base, conj, _small(prm))
         if m is not None:
-            v.detail = describe(cfg, prm, m, s)
+            v.detail = describe(prm, m, s)
         out.append(v)
     return out
 
@@ -125,10 +112,54 @@ def _claim_hint(cfg, prm, s, t, conj):
     return extra, goal
 
 
-HINTS = {("WriterClaim", "InvClaim"): _claim_hint}
+def _fifo_hint(cfg, prm, s, t, conj):
+    """Every step keeps InvFifo: its two \\A-\\E conjuncts need explicit witnesses (without
+    them z3 answers unknown after ReaderRecvOverflow's receive, 30 s timeout, and takes 9-27 s
+    after WriterWritePayload, measured).
+
+    The goal is InvFifo' for one reader q (fresh: the negation's witness), its alternating
+    conjuncts for a fresh FIFO index ka and a fresh place pc, each existential given as a
+    disjunction over candidate witnesses: the new FIFO's element ka is the old one's element
+    ka (a step that appends to it or leaves it) or ka + 1 (the receive took the head), whose
+    places pa0, pa1 are the old conjunct's witnesses, or it is the message just appended, at
+    place Len(sent); place pc is the old FIFO's element kc, kc - 1 or the new last one.  Each
+    witness is the skolem constant of an instance of the hypothesis IndInv (InvFifo's
+    existential at one term), so adding it is sound, and proving the goal for fresh q, ka, pc
+    proves InvFifo' (exists-elimination).  The receive also needs the receiving reader r's
+    head to be its owed place Len(recv[r]) + 1 (p1, kb: the head's place and the owed place's
+    index).  The increasing conjunct stays quantified."""
+    from .invariant import View
+
+    v0, v1 = View(cfg, prm, s), View(cfg, prm, t)
+    q, ka, pa0, pa1, pc, kc, p1, kb = z3.Ints("q_fifo ka_fifo pa0_fifo pa1_fifo pc_fifo kc_fifo p1_fifo kb_fifo")
+    r = z3.Int("r")  # the acting reader of step_obligations
+
+    def elem(v, who, k, p):  # InvFifo's first conjunct for one index and its witness
+        f, fl, rl, sent = v.s["fifo"], v.s["flen"], v.s["rlen"], v.s["sent"]
+        return z3.Implies(z3.And(1 <= k, k <= fl[who]), z3.And(
+            rl[who] + 1 <= p, p <= v.send_top, f[who, k] == sent[p], prm.Big[sent[p]]))
+
+    def place(v, who, p, k):  # its third conjunct for one place and its witness
+        f, fl, rl, sent = v.s["fifo"], v.s["flen"], v.s["rlen"], v.s["sent"]
+        return z3.Implies(z3.And(rl[who] + 1 <= p, p <= v.send_top, prm.Big[sent[p]]),
+                          z3.And(1 <= k, k <= fl[who], f[who, k] == sent[p]))
+
+    extra = [0 <= q, q < prm.NR, elem(v0, q, ka, pa0), elem(v0, q, ka + 1, pa1), place(v0, q, pc, kc),
+             elem(v0, r, z3.IntVal(1), p1), place(v0, r, s["rlen"][r] + 1, kb)]
+    f1, fl1 = t["fifo"], t["flen"]
+    increasing = forall([(1, fl1[q]), (1, fl1[q])], lambda k, k2: z3.Implies(k < k2, f1[q, k] < f1[q, k2]))
+    goal = z3.Implies(v1.live(q), z3.And(
+        z3.Or(*[elem(v1, q, ka, p) for p in (pa0, pa1, t["slen"])]),
+        z3.Or(*[place(v1, q, pc, k) for k in (kc, kc - 1, fl1[q])]),
+        increasing))
+    return extra, goal
 
 
-def step_obligations(cfg: Config, only=None, prove_only=True):
+#: (action, conjunct of IndInv') -> its hint; action None: every action
+HINTS = {("WriterClaim", "InvClaim"): _claim_hint, (None, "InvFifo"): _fifo_hint}
+
+
+def step_obligations(cfg: Config, only=None):
     """IndInv /\\ A => IndInv' for every disjunct A of Next; a failing one names the
     conjunct of IndInv' it breaks and prints the counterexample to induction."""
     prm = symbolic_params()
@@ -146,15 +177,12 @@ def step_obligations(cfg: Config, only=None, prove_only=True):
         t0 = time.perf_counter()
         v = Verdict(label, "proved", 0.0)
         for cname, conj in post.items():  # one query per conjunct of IndInv'
-            extra, goal = HINTS.get((name, cname), _no_hint)(cfg, prm, s, t, conj)
-            v2, m2 = _check(label, facts + extra, goal, _small(prm) if not prove_only else None)
-            if v2.result == "unknown" and not prove_only:
-                continue  # looking for a counterexample: try the other conjuncts
+            extra, goal = HINTS.get((name, cname), HINTS.get((None, cname), _no_hint))(cfg, prm, s, t, conj)
+            v2, m2 = _check(label, facts + extra, goal)
             if v2.result != "proved":
                 v = v2
                 if m2 is not None:
-                    v.detail = (f"{name} breaks {cname}; the state before the step:\n"
-                                + describe(cfg, prm, m2, s, r))
+                    v.detail = f"{name} (reader r = {m2.eval(r)}) breaks {cname}:\n" + describe(prm, m2, s, t)
                 else:
                     v.detail = f"{cname}: {v2.detail}"
                 break
@@ -170,70 +198,5 @@ def safety_obligation(cfg: Config):
     return [_check(f"IndInv => {name}", base, prop)[0] for name, prop in safety(cfg, prm, s).items()]
 
 
-def nonvacuity(cfg: Config):
-    """Init satisfiable; every disjunct of Next enabled in some IndInv state."""
-    prm = symbolic_params()
-    s = fresh_state("s")
-    r = z3.Int("r")
-    out = []
-    t = time.perf_counter()
-    sol = _solver()
-    sol.add(prm.assumptions(), prm.M >= 1, init(cfg, prm, s))
-    res = sol.check()
-    out.append(Verdict("Init satisfiable", "proved" if res == z3.sat else str(res), time.perf_counter() - t))
-    base = [prm.assumptions(), 0 <= r, r < prm.NR, *ind_inv(cfg, prm, s).values()]
-    for k, (name, guard, _) in enumerate(actions(cfg, prm, s, r)):
-        t = time.perf_counter()
-        sol = _solver()
-        sol.add(*base, guard, *_small(prm))
-        res = sol.check()
-        out.append(Verdict(f"{name}#{k} enabled in an IndInv state",
-                           "proved" if res == z3.sat else str(res), time.perf_counter() - t))
-    return out
-
-
-def bad_variant(name: str):
-    """The first broken obligation of a bad variant: (obligation, counterexample text)."""
-    cfg = replace(SHIPPED, **BAD_VARIANTS[name])
-    for v in init_obligation(cfg):
-        if v.result == "sat":
-            return v
-    for v in step_obligations(cfg, prove_only=False):
-        if v.result == "sat":
-            return v
-    return None
-
-
-# ---------------------------------------------------------------- printing --
-
-def describe(cfg, prm, m, s, r=None) -> str:
-    """A model's state in the spec's terms (names of Ring.tla's variables)."""
-    ev = lambda e: m.eval(e, model_completion=True)  # noqa: E731
-    n, nr = ev(prm.N).as_long(), ev(prm.NR).as_long()
-
-    def seq(arr, length, row=None):
-        ln = ev(length).as_long()
-        return [ev(arr[row, k] if row is not None else arr[k]).as_long() for k in range(1, ln + 1)]
-
-    def fun(arr, dom, f=lambda x: x.as_long()):
-        return [f(ev(arr[x])) for x in range(dom)]
-
-    lines = [f"N = {n}, NR = {nr}, M = {ev(prm.M)}, "
-             f"Big = {{{', '.join(str(x) for x in range(1, ev(prm.M).as_long() + 1) if z3.is_true(ev(prm.Big[x])))}}}"]
-    if r is not None:
-        lines.append(f"reader r = {ev(r)}")
-    lines.append(f"pc[Wr] = {WRITER_PCS[ev(s['wpc']).as_long()]}, w = {ev(s['w'])}, msg = {ev(s['msg'])}, "
-                 f"wk = {ev(s['wk'])}, wr = {ev(s['wr'])}, sent = {seq(s['sent'], s['slen'])}, "
-                 f"dropped = {{{', '.join(str(x) for x in range(1, ev(s['msg']).as_long()) if z3.is_true(ev(s['dropped'][x])))}}}")
-    lines.append(f"written = {fun(s['written'], n)}, data = {fun(s['data'], n)}, "
-                 f"rflag = {[[ev(s['rflag'][c, q]).as_long() for q in range(nr)] for c in range(n)]}")
-    for q in range(nr):
-        lines.append(f"reader {q}: pc = {READER_PCS[ev(s['rpc'][q]).as_long()]}, i = {ev(s['i'][q])}, "
-                     f"seen = {ev(s['seen'][q])}, mk = {ev(s['mk'][q])}, ncopied = {ev(s['ncopied'][q])}, "
-                     f"recv = {seq(s['recv'], s['rlen'][q], q)}, fifo = {seq(s['fifo'], s['flen'][q], q)}, "
-                     f"alive = {ev(s['alive'][q])}, evicted = {ev(s['evicted'][q])}")
-    return "\n".join("    " + ln for ln in lines)
-
-
-__all__ = ["BAD_VARIANTS", "SHIPPED", "Verdict", "bad_variant", "init_obligation", "nonvacuity",
-           "safety_obligation", "step_obligations", "PC", "RPC"]
+__all__ = ["SHIPPED", "TIMEOUT_MS", "Verdict", "init_obligation", "safety_obligation", "step_obligations",
+           "PC", "RPC"]

@@ -11,15 +11,18 @@ indexed 1 .. its length plus the length (sent/slen, recv/rlen, fifo/flen; recv a
 two-dimensional: [reader, index]).  Every action below is the spec's action of the same name
 for one reader ``r`` where it has one; ``actions`` lists them with their guards and updates.
 
-Quantifier instantiation: the actions themselves are quantifier-free except WriterEvict
-(rflag' is a lambda over all chunks) and ReaderRecvOverflow (Tail is a lambda that shifts a
-FIFO by one); both are arrays z3 reduces by beta-reduction, so no hint is needed.
+Quantifiers: the actions are quantifier-free but for the claim's test (every read flag 1) and
+the abort rule's FlagOut (some flag cleared), written with ``quant`` (expanded at numeral
+sizes); WriterEvict's rflag' (every chunk), SendOverflow's Append to every FIFO and the
+receive's Tail are lambdas, which z3 beta-reduces: no hint is needed for them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import z3
+
+from .quant import exists, finite_set, forall, universe
 
 I = z3.IntSort()
 B = z3.BoolSort()
@@ -39,6 +42,7 @@ ORDERS = {  # spec/MCRing.tla's orders
     "OrderClearFlagsFirst": ("clear_written", "clear_flags", "payload", "publish"),
     "OrderPublishBeforePayload": ("clear_written", "publish", "payload", "clear_flags"),
     "OrderPayloadLast": ("clear_written", "clear_flags", "publish", "payload"),
+    "OrderNoClearWritten": ("payload", "clear_flags", "publish"),
 }
 
 
@@ -91,6 +95,8 @@ class Params:
     CrashSet: z3.ArrayRef  # Int -> Bool: the readers that may die
 
     def assumptions(self) -> z3.BoolRef:
+        if universe() is not None:  # small_params: numerals, Big and CrashSet in range
+            return z3.BoolVal(True)
         n = z3.Int("_n")
         return z3.And(self.N >= 1, self.NR >= 1, self.M >= 0,
                       z3.ForAll([n], z3.Implies(self.Big[n], z3.And(1 <= n, n <= self.M))),
@@ -102,13 +108,24 @@ def symbolic_params() -> Params:
                   z3.Array("Big", I, B), z3.Array("CrashSet", I, B))
 
 
+def small_params(n: int, nr: int, m: int, big: bool = True, crash: bool = True) -> Params:
+    """Numeral sizes; Big and CrashSet symbolic subsets of 1 .. M and Readers, or (False) empty
+    (for ground mode)."""
+    return Params(z3.IntVal(n), z3.IntVal(nr), z3.IntVal(m),
+                  finite_set("Big", 1, m if big else 0)[0], finite_set("CrashSet", 0, nr - 1 if crash else -1)[0])
+
+
 # below(D, m) = |{d in D : d < m}| (the spec's Cardinality in Pos); uninterpreted, with the
 # lemmas below instantiated where an action changes D or m (each is a one-line induction on m).
 below = z3.Function("below", z3.ArraySort(I, B), I, I)
 
 
 def pos(s: dict, m) -> z3.ArithRef:
-    """Ring's Pos(m): the place of message m among the messages not dropped."""
+    """Ring's Pos(m): the place of message m among the messages not dropped (ground mode: the
+    cardinality itself, as a sum over the universe, which holds every message number)."""
+    uni = universe()
+    if uni is not None:
+        return m - z3.Sum(z3.IntVal(0), *[z3.If(z3.And(s["dropped"][d], d < m), 1, 0) for d in uni if d >= 1])
     return m - below(s["dropped"], m)
 
 
@@ -147,9 +164,8 @@ def pay_idx(cfg: Config) -> int:
 
 
 def claimable(prm: Params, s: dict) -> z3.BoolRef:
-    r = z3.Int("_r")
     return z3.Or(s["written"][s["w"]] == 0,
-                 z3.ForAll([r], z3.Implies(z3.And(0 <= r, r < prm.NR), s["rflag"][s["w"], r] == 1)))
+                 forall([(0, prm.NR - 1)], lambda r: s["rflag"][s["w"], r] == 1))
 
 
 def marker(prm: Params, v) -> z3.BoolRef:
@@ -256,9 +272,7 @@ def flag_out(cfg, prm, s):
     """Ring's FlagOut: a read flag of the current message's chunk is cleared."""
     upto = z3.If(done(cfg, s, "clear_flags"), prm.NR,
                  z3.If(s["wpc"] == PC["clear_flags"], s["wr"], 0))
-    r = z3.Int("_fo")
-    return z3.Exists([r], z3.And(0 <= r, r < upto,
-                                 z3.Not(z3.And(cfg.evict_skips_flag, s["evicted"][r]))))
+    return exists(0, upto - 1, lambda r: z3.Not(z3.And(cfg.evict_skips_flag, s["evicted"][r])))
 
 
 def droppable(cfg, prm, s):
@@ -302,7 +316,8 @@ def ReaderLoadReadFlag(cfg, prm, s, r):
     out = [(z3.And(guard, go), upd(s, rpc=_set_pc(s, r, "copy")))]
     skip = z3.And(cfg.skip_reader, seen == 1, f == 1)
     nxt = z3.If(s["i"][r] + 1 == prm.N, 0, s["i"][r] + 1)
-    out.append((z3.And(guard, skip), upd(s, i=z3.Store(s["i"], r, nxt), rpc=_set_pc(s, r, "load_w"))))
+    if cfg.skip_reader:  # (a disjunct only where the switch is on)
+        out.append((z3.And(guard, skip), upd(s, i=z3.Store(s["i"], r, nxt), rpc=_set_pc(s, r, "load_w"))))
     out.append((z3.And(guard, z3.Not(go), z3.Not(skip)), upd(s, rpc=_set_pc(s, r, "load_w"))))
     return out
 
@@ -369,16 +384,67 @@ def actions(cfg: Config, prm: Params, s: dict, r) -> list[tuple[str, z3.BoolRef,
 
 def init(cfg: Config, prm: Params, s: dict) -> z3.BoolRef:
     """Ring's Init, as a constraint on s."""
-    c, r, k = z3.Ints("_ic _ir _ik")
     return z3.And(
-        z3.ForAll([c], s["written"][c] == cfg.init_written),
-        z3.ForAll([c, r], s["rflag"][c, r] == cfg.init_read),
-        z3.ForAll([c], s["data"][c] == 0),
+        forall(None, lambda c: s["written"][c] == cfg.init_written),
+        forall(None, lambda c: forall(None, lambda r: s["rflag"][c, r] == cfg.init_read)),
+        forall(None, lambda c: s["data"][c] == 0),
         s["wpc"] == z3.If(prm.M == 0, PC["done"], PC["claim"]),
         s["w"] == 0, s["msg"] == 1, s["wk"] == 0, s["wr"] == 0,
-        z3.ForAll([r], z3.And(s["rpc"][r] == RPC["load_w"], s["i"][r] == 0, s["seen"][r] == 0,
-                              z3.Not(s["mk"][r]), s["ncopied"][r] == 0, s["rlen"][r] == 0,
-                              s["flen"][r] == 0, s["alive"][r], z3.Not(s["evicted"][r]))),
+        forall(None, lambda r: z3.And(s["rpc"][r] == RPC["load_w"], s["i"][r] == 0, s["seen"][r] == 0,
+                                      z3.Not(s["mk"][r]), s["ncopied"][r] == 0, s["rlen"][r] == 0,
+                                      s["flen"][r] == 0, s["alive"][r], z3.Not(s["evicted"][r]))),
         s["slen"] == 0,
-        z3.ForAll([k], z3.Not(s["dropped"][k])),
+        forall(None, lambda k: z3.Not(s["dropped"][k])),
     )
+
+
+# ---------------------------------------------------------------- printing --
+
+def values(prm: Params, m: z3.ModelRef, s: dict) -> dict[str, str]:
+    """A model's state in the spec's terms: {Ring.tla's variable: its value as text}; functions
+    over readers as lists indexed by reader, rflag as a list of chunks' lists of readers."""
+    ev = lambda e: m.eval(e, model_completion=True)  # noqa: E731
+    num = lambda e: ev(e).as_long()  # noqa: E731
+    n, nr, mm = num(prm.N), num(prm.NR), num(prm.M)
+
+    def seq(arr, length, row=None):
+        return [num(arr[row, k] if row is not None else arr[k]) for k in range(1, num(length) + 1)]
+
+    def per_reader(f):
+        return "[" + ", ".join(str(f(q)) for q in range(nr)) + "]"
+
+    def subset(arr, dom):
+        return "{" + ", ".join(str(x) for x in dom if z3.is_true(ev(arr[x]))) + "}"
+
+    return {
+        "pc[Wr]": WRITER_PCS[num(s["wpc"])], "w": str(num(s["w"])), "msg": str(num(s["msg"])),
+        "wk": str(num(s["wk"])), "wr": str(num(s["wr"])), "sent": str(seq(s["sent"], s["slen"])),
+        "dropped": subset(s["dropped"], range(1, mm + 2)),
+        "written": str([num(s["written"][c]) for c in range(n)]),
+        "data": str([num(s["data"][c]) for c in range(n)]),
+        "rflag": str([[num(s["rflag"][c, q]) for q in range(nr)] for c in range(n)]),
+        "pc[r]": per_reader(lambda q: READER_PCS[num(s["rpc"][q])]),
+        "i": per_reader(lambda q: num(s["i"][q])), "seen": per_reader(lambda q: num(s["seen"][q])),
+        "mk": per_reader(lambda q: z3.is_true(ev(s["mk"][q]))),
+        "ncopied": per_reader(lambda q: num(s["ncopied"][q])),
+        "recv": per_reader(lambda q: seq(s["recv"], s["rlen"][q], q)),
+        "fifo": per_reader(lambda q: seq(s["fifo"], s["flen"][q], q)),
+        "alive": per_reader(lambda q: z3.is_true(ev(s["alive"][q]))),
+        "evicted": subset(s["evicted"], range(nr)),
+    }
+
+
+def describe(prm: Params, m: z3.ModelRef, s: dict, after: dict | None = None) -> str:
+    """The sizes and the state s of model m in the spec's terms, and (``after``: the next
+    state) the variables the step changed."""
+    ev = lambda e: m.eval(e, model_completion=True)  # noqa: E731
+    mm = ev(prm.M).as_long()
+    big = ", ".join(str(x) for x in range(1, mm + 1) if z3.is_true(ev(prm.Big[x])))
+    crash = ", ".join(str(x) for x in range(ev(prm.NR).as_long()) if z3.is_true(ev(prm.CrashSet[x])))
+    lines = [f"N = {ev(prm.N)}, NR = {ev(prm.NR)}, M = {mm}, Big = {{{big}}}, CrashSet = {{{crash}}}"]
+    before = values(prm, m, s)
+    lines.append("before: " + ", ".join(f"{k} = {v}" for k, v in before.items()))
+    if after is not None:
+        nxt = values(prm, m, after)
+        lines.append("after:  " + ", ".join(f"{k}' = {v}" for k, v in nxt.items() if v != before[k]))
+    return "\n".join("    " + ln for ln in lines)
