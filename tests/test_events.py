@@ -304,3 +304,21 @@ def test_an_asyncio_reader_under_a_cancellation_storm_gets_every_message_once_in
     for who in ("local", "remote"):
         in_order, count, interrupted = res[who]
         assert in_order and count == N_STORM, (who, res[who])
+
+
+def test_a_poll_slot_that_names_another_file_is_refused_and_logged(pair, caplog):
+    """The notifier opens the poller's pipe through /proc/<pid>/fd/<fd> and checks the pipe's
+    inode: a slot naming another file (a recycled descriptor number) gets no byte, the writer
+    logs it and its enqueue goes on."""
+    w, (r,) = pair.w, pair.rs
+    fd = r.fileno()
+    assert r.dequeue_nowait() is NOTHING  # armed
+    other = os.open(os.devnull, os.O_WRONLY)
+    try:
+        r.buffer.set_poll_target(0, other, os.fstat(other).st_ino)  # /dev/null: not a FIFO
+        with caplog.at_level("WARNING", logger="ringcast"):
+            w.enqueue("m")
+        assert "could not signal the descriptor of reader 0" in caplog.text
+        assert not readable(fd) and r.dequeue_nowait() == "m"  # the look still finds it
+    finally:
+        os.close(other)

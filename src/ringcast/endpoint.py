@@ -151,16 +151,13 @@ class Observer:
     def evicted(self, ep: "WriterEndpoint", dead: list) -> None:
         """The writer has just evicted ``dead`` (``[(reader, pid)]``)."""
 
-    def wake_poller(self, ep: "_Endpoint", who: int) -> None:
-        """NotifySignal's I/O (core/rc_poll.c): make the descriptor of poller ``who`` (a reader's
-        index, or -1 for the writer), which armed its poll flag, readable. A poller that cannot be
-        reached (it exited, or closed its descriptor) is not this side's error: the default logs
-        it and goes on."""
-        try:
-            ep.ring.wake_poller(who)
-        except OSError as e:
-            _log.warning("ringcast %s: could not signal the descriptor of %s (%s); it sees its next message only "
-                         "when it looks again", ep.wait_label, "the writer" if who < 0 else f"reader {who}", e)
+    def poller_unreachable(self, ep: "_Endpoint", who: int, err: int) -> None:
+        """NotifySignal could not signal poller ``who`` (a reader's index, or -1: the writer), which
+        armed its poll flag: its wake pipe (the binding opens it through /proc, :mod:`ringcast.pollers`)
+        is gone or not the one its slot names (``err``: the errno). Not this side's error; the
+        default logs it."""
+        _log.warning("ringcast %s: could not signal the descriptor of %s (%s); it sees its next message only when it "
+                     "looks again", ep.wait_label, "the writer" if who < 0 else f"reader {who}", os.strerror(err))
 
     def long_wait(self, ep: "_Endpoint", waited: float, unknown: list) -> None:
         """Called while parked, before each park (as :meth:`check_writer`), after the checks above: the

@@ -39,12 +39,12 @@ Who stores what (the protocol, docs/protocol.md and spec/Ring.tla):
 * reader ``r`` only ever stores ``read_r := 1`` (after it has copied the chunk);
 * each side keeps its own index and advances one chunk at a time (strict FIFO, never skipping).
 
-A poll slot (16 bytes: flag u32, pipe fd i32, pipe inode u64) is a side's part of the descriptor
-wait (:mod:`ringcast.pollers`, core/rc_poll.c): the side that waits in an event loop writes
-the write end of its wake pipe (a descriptor number in its own process, and the pipe's inode)
-and then arms the flag; the other side's notify clears the flag and writes a byte into that pipe,
-which it opens through ``/proc/<pid>/fd/<fd>`` (the kernel allows that only to the same user)
-and checks by its inode. ``*_pollers`` count the flags set on each side.
+A poll slot (24 bytes: flag u32, pipe fd i32, pipe inode u64, pid u32) is a side's part of the
+descriptor wait (:mod:`ringcast.pollers`, core/rc_poll.c): the side that waits in an event loop
+writes the write end of its wake pipe (a descriptor number in its own process, the pipe's inode,
+its pid) and then arms the flag; the other side's notify clears the flag and writes a byte into
+that pipe, which it opens through ``/proc/<pid>/fd/<fd>`` (the kernel allows that only to the
+same user) and checks by its inode (the binding's ``ep_signal``). ``*_pollers`` count the flags set on each side.
 
 The header lets an attaching process reject a stale or foreign handle with a clear error
 instead of reading garbage. The two wait lines hold the eventcount words of
@@ -77,7 +77,7 @@ WRITER_WAITERS = 132  # number of writers parked on read_seq (0 or 1)
 READER_POLLERS = 72  # number of readers' poll flags set (the descriptor wait)
 WRITER_POLLERS = 136  # the writer's poll flag set (0 or 1)
 WRITER_POLL = 144  # the writer's poll slot
-_POLL_SLOT = struct.Struct("<IiQ")  # flag (the core's), pipe fd, pipe inode
+_POLL_SLOT = struct.Struct("<IiQI4x")  # flag (the core's), pipe fd, pipe inode, poller pid
 WRITER_PID = 32
 WRITER_START = 40
 READER_TABLE = 192
@@ -131,13 +131,10 @@ class Layout:
         return WRITER_POLL if who < 0 else self.poll_offset + _POLL_SLOT.size * who
 
     @staticmethod
-    def write_poll_target(buf, offset: int, fd: int, inode: int) -> None:
-        """A poller's wake pipe (its write end's descriptor number, the pipe's inode), before its arm."""
-        struct.pack_into("<iQ", buf, offset + 4, fd, inode)
-
-    @staticmethod
-    def read_poll_target(buf, offset: int) -> tuple[int, int]:
-        return struct.unpack_from("<iQ", buf, offset + 4)
+    def write_poll_target(buf, offset: int, fd: int, inode: int, pid: int) -> None:
+        """A poller's wake pipe (its write end's descriptor number, the pipe's inode, the poller's
+        pid), before its arm."""
+        struct.pack_into("<iQI", buf, offset + 4, fd, inode, pid)
 
     @staticmethod
     def reader_entry(r: int) -> int:

@@ -4,17 +4,18 @@ side makes it readable, across processes, with no thread and no lost wake-up.
 The protocol is the core's (src/ringcast/core/rc_poll.c, spec/Ring.tla ``PollArm``,
 ``PollRecheck``, ``PollDisarm``, ``NotifySignal``): a side that waits in an event loop arms a
 poll flag in the mapping and re-checks; the other side's notify clears each armed flag and
-signals that poller. This module is the signal's I/O, in three parts:
+signals that poller. This module is the poller's half of the signal's I/O; the notifier's half is
+the binding's ``ep_signal`` (src/ringcast/binding/_protocol_endpoint.c):
 
 * :class:`WakePipe`, the poller's own pipe: readable while it holds a byte. The poller drains it
   before it arms and re-checks, and writes a byte into it itself when the re-check finds it ready,
   so the pipe is readable exactly while the side's next operation would not wait (level-triggered;
   at most one stale byte per message, from a signal that crossed the poller's own drain).
-* :class:`Doorbells`, the notifier's: it opens the poller's write end through
-  ``/proc/<poller pid>/fd/<fd>`` (the poll slot says which fd, and the pipe's inode, which the
-  opened file must match: a recycled pid or descriptor number is refused) and writes one byte.
-  The kernel lets only the poller's own user (and root) open another process's descriptor, the
-  same rule that protects the memfd segment: nothing another user can reach.
+* the notifier (C, no Python call on its path) opens the poller's write end once, through
+  ``/proc/<poller pid>/fd/<fd>`` (the poll slot names the fd, the pipe's inode, which the opened
+  file must match: a recycled pid or descriptor number is refused, and the pid), and writes one
+  byte per signal. The kernel lets only the poller's own user (and root) open another process's
+  descriptor, the same rule that protects the memfd segment: nothing another user can reach.
 * :class:`Descriptor`, what ``fileno()`` is: an epoll set over the wake pipe, a pidfd per peer
   process (a peer that dies makes it readable: the next operation raises, naming the peer) and,
   for a remote reader, its socket's ``ZMQ_FD`` (edge-triggered by itself; the queue reads
@@ -32,9 +33,8 @@ from __future__ import annotations
 
 import os
 import select
-import stat
 
-__all__ = ["WakePipe", "Doorbells", "Descriptor"]
+__all__ = ["WakePipe", "Descriptor"]
 
 _BYTE = b"\x01"
 
@@ -65,43 +65,6 @@ class WakePipe:
         for fd in (self.r, self.w):
             os.close(fd)
         self.r = self.w = -1
-
-
-class Doorbells:
-    """The notifier's open ends of the other side's wake pipes, by poller (reader index, or -1)."""
-
-    def __init__(self) -> None:
-        self._open: dict[int, tuple[int, int, int, int]] = {}  # who -> (pid, fd, inode, our descriptor)
-
-    def ring(self, who: int, pid: int, fd: int, inode: int) -> None:
-        """Write a byte into poller ``who``'s pipe (process ``pid``'s descriptor ``fd``, of inode
-        ``inode``). OSError if it cannot be opened or is not that pipe (the poller has exited, or
-        closed its descriptor)."""
-        cached = self._open.get(who)
-        if cached is None or cached[:3] != (pid, fd, inode):
-            self.forget(who)
-            ours = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            st = os.fstat(ours)
-            if not stat.S_ISFIFO(st.st_mode) or st.st_ino != inode:
-                os.close(ours)
-                raise OSError(f"/proc/{pid}/fd/{fd} is not the wake pipe of inode {inode} that the poll slot names")
-            cached = self._open[who] = (pid, fd, inode, ours)
-        try:
-            os.write(cached[3], _BYTE)
-        except BlockingIOError:
-            pass  # full: readable already
-        except OSError:
-            self.forget(who)  # EPIPE: nobody reads it any more
-            raise
-
-    def forget(self, who: int) -> None:
-        cached = self._open.pop(who, None)
-        if cached is not None:
-            os.close(cached[3])
-
-    def close(self) -> None:
-        for who in list(self._open):
-            self.forget(who)
 
 
 class Descriptor:

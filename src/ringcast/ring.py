@@ -46,7 +46,6 @@ from .atomics import address_of
 from .errors import ClosedError, HandleError
 from .layout import (READ_SEQ, READER_EVICTED, READER_POLLERS, READER_WAITERS, WRITE_SEQ, WRITER_PID, WRITER_POLL,
                      WRITER_POLLERS, WRITER_WAITERS, Layout)
-from .pollers import Doorbells
 from .shm import Segment, process_alive, process_start_time
 
 __all__ = ["ShmRingBuffer"]
@@ -64,7 +63,6 @@ class ShmRingBuffer:
 
     segment = None
     _closed = True
-    _doorbells = None  # the descriptor wait's open ends of other processes' wake pipes
 
     def __init__(self, n_reader: int, max_chunk_bytes: int, max_chunks: int, name: str | None = None, *, kind: str = "auto") -> None:
         layout = Layout(n_reader, max_chunk_bytes, max_chunks)
@@ -181,16 +179,7 @@ class ShmRingBuffer:
         """This process polls as ``who`` (a reader, or -1: the writer) with the wake pipe whose write
         end is ``fd`` (of ``inode``): written before the side first arms (core/rc_poll.c)."""
         self._check_open()
-        Layout.write_poll_target(self.buf, self.layout.poll_slot(who), fd, inode)
-
-    def wake_poller(self, who: int) -> None:
-        """NotifySignal's I/O: make poller ``who``'s descriptor readable (:mod:`ringcast.pollers`).
-        OSError if its pipe cannot be reached."""
-        if self._doorbells is None:
-            self._doorbells = Doorbells()
-        pid, _ = self.writer_process() if who < 0 else self.reader_process(who)
-        fd, inode = Layout.read_poll_target(self.buf, self.layout.poll_slot(who))
-        self._doorbells.ring(who, pid, fd, inode)
+        Layout.write_poll_target(self.buf, self.layout.poll_slot(who), fd, inode, os.getpid())
 
     def dead_readers(self, readers) -> list[tuple[int, int]]:
         """``[(reader, pid)]`` among ``readers`` that registered and are certainly dead."""
@@ -203,8 +192,6 @@ class ShmRingBuffer:
             return
         self._closed = True
         self.buf = None
-        if self._doorbells is not None:
-            self._doorbells.close()
         self.segment.close()
 
     def unlink(self) -> None:

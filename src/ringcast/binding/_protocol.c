@@ -26,9 +26,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/rc_fences.h"
 #include "../core/rc_core.c"

@@ -15,8 +15,9 @@ typedef struct {
     PyObject *counters; /* a Counters: the core's rc_counters */
     PyObject *cancel;   /* a Cancel: the core's rc_cancel */
     long *pids;         /* the writer's: each probed reader's pid */
+    struct bell *bells; /* the descriptor wait: the other side's pollers' pipes, opened (ep_signal) */
     /* resolved at _bind: the observer's methods, the ring's liveness, the endpoint's errors */
-    PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait, *m_wake;
+    PyObject *m_send, *m_recv, *m_timeout_error, *m_check_writer, *m_dead_error, *m_evicted, *m_long_wait, *m_unreachable;
     PyObject *m_liveness, *m_evicted_error, *wait_label, *cancelled, *overflow_marker, *mv_release;
     /* one call's objects, for the upcalls */
     PyObject *frames_out, *unpublished, *copy_out, *kept, *frames_in, *deadline, *timeout;
@@ -25,7 +26,7 @@ typedef struct {
 
 #define EP_REFS(ep)                                                                                                      \
     &ep->counters, &ep->cancel, &ep->m_send, &ep->m_recv, &ep->m_timeout_error, &ep->m_check_writer, &ep->m_dead_error, \
-        &ep->m_evicted, &ep->m_long_wait, &ep->m_wake, &ep->m_liveness, &ep->m_evicted_error, &ep->wait_label, &ep->cancelled,             \
+        &ep->m_evicted, &ep->m_long_wait, &ep->m_unreachable, &ep->m_liveness, &ep->m_evicted_error, &ep->wait_label, &ep->cancelled,             \
         &ep->overflow_marker, &ep->mv_release, &ep->frames_out, &ep->unpublished, &ep->copy_out, &ep->kept,             \
         &ep->frames_in, &ep->deadline, &ep->timeout
 
@@ -152,14 +153,63 @@ ep_report(void *ctx, int event, double value)
     return take_back(&e, called(r) == RC_OK);
 }
 
-/* NotifySignal's I/O: the observer's wake_poller(endpoint, who) makes the poller's descriptor readable */
+/* NotifySignal's I/O: one byte into poller `who`'s wake pipe (ringcast.pollers). Its poll slot
+ * names the pipe's write end in the poller's process, the pipe's inode and the poller's pid; the
+ * pipe is opened once, through /proc/<pid>/fd/<fd> (the kernel allows that to the poller's own
+ * user only), checked by its inode (a recycled pid or descriptor number is refused) and kept
+ * (ep->bells[who], the writer's at n_reader). One that cannot be reached (the poller exited or
+ * closed its descriptor) goes to the observer's poller_unreachable, which logs it. */
+struct bell {
+    uint32_t pid;
+    int32_t fd;
+    uint64_t ino;
+    int ours; /* -1: not open */
+};
+
+static int
+unreachable(Endpoint *ep, int who, int err)
+{
+    saved_exc e;
+    put_aside(&e);
+    return take_back(&e, called(PyObject_CallFunction(ep->m_unreachable, "Oii", (PyObject *)ep, who, err)) == RC_OK);
+}
+
 static int
 ep_signal(void *ctx, int who)
 {
     Endpoint *ep = ctx;
-    saved_exc e;
-    put_aside(&e);
-    return take_back(&e, called(PyObject_CallFunction(ep->m_wake, "Oi", (PyObject *)ep, who)) == RC_OK);
+    uint8_t *base = side_pin(&ep->c); /* nested in the notify's pin: cannot fail */
+    if (base == NULL)
+        return RC_ERR_RAISED;
+    const uint8_t *slot = base + (who == RC_WRITER ? ep->c.layout.writer_poll : ep->c.layout.polls[who]);
+    struct bell now = {.ours = -1}, *b = &ep->bells[who == RC_WRITER ? ep->c.layout.n_reader : (uint32_t)who];
+    memcpy(&now.fd, slot + 4, 4);
+    memcpy(&now.ino, slot + 8, 8);
+    memcpy(&now.pid, slot + 16, 4);
+    side_unpin(&ep->c);
+    if (b->ours < 0 || b->pid != now.pid || b->fd != now.fd || b->ino != now.ino) {
+        if (b->ours >= 0)
+            close(b->ours);
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%u/fd/%d", (unsigned)now.pid, (int)now.fd);
+        struct stat st;
+        now.ours = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (now.ours >= 0 && (fstat(now.ours, &st) < 0 || !S_ISFIFO(st.st_mode) || (uint64_t)st.st_ino != now.ino)) {
+            close(now.ours);
+            now.ours = -1;
+            errno = ESTALE;
+        }
+        *b = now;
+        if (now.ours < 0)
+            return unreachable(ep, who, errno);
+    }
+    if (write(b->ours, "\1", 1) < 0 && errno != EAGAIN) { /* EAGAIN: full, readable already */
+        int err = errno;
+        close(b->ours);
+        b->ours = -1;
+        return unreachable(ep, who, err);
+    }
+    return RC_OK;
 }
 
 /* The core's errors as the project's exceptions (chained to one being handled) */
@@ -261,8 +311,11 @@ ep_bind(Endpoint *ep, PyObject *args)
                        .report = ep_report, .fail = ep_fail, .signal = ep_signal};
     if (side_build(c, where, r) < 0)
         return NULL;
-    if ((ep->pids = PyMem_Calloc(c->layout.n_reader, sizeof(long))) == NULL)
+    if ((ep->pids = PyMem_Calloc(c->layout.n_reader, sizeof(long))) == NULL
+        || (ep->bells = PyMem_Calloc(c->layout.n_reader + 1, sizeof(struct bell))) == NULL)
         return PyErr_NoMemory();
+    for (uint32_t k = 0; k <= c->layout.n_reader; k++)
+        ep->bells[k].ours = -1;
     c->policy = (rc_policy){.spin = sp, .recheck_interval = rv, .tight_looks = (uint32_t)(t < 0 ? 0 : t), .use_futex = futex,
                             .spin_max = smax};
     struct {
@@ -270,7 +323,7 @@ ep_bind(Endpoint *ep, PyObject *args)
         const char *name;
     } m[] = {{&ep->m_send, obs, "send_overflow"}, {&ep->m_recv, obs, "recv_overflow"}, {&ep->m_timeout_error, obs, "timeout_error"},
              {&ep->m_check_writer, obs, "check_writer"}, {&ep->m_dead_error, obs, "dead_readers_error"},
-             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->m_wake, obs, "wake_poller"},
+             {&ep->m_evicted, obs, "evicted"}, {&ep->m_long_wait, obs, "long_wait"}, {&ep->m_unreachable, obs, "poller_unreachable"},
              {&ep->wait_label, (PyObject *)ep, "wait_label"},
              {&ep->m_evicted_error, (PyObject *)Py_TYPE(ep), "_evicted_error"}}; /* the class's: no cycle */
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {

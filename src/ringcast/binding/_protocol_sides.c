@@ -316,6 +316,10 @@ ep_dealloc(Endpoint *ep)
     ep_tp_clear(ep);
     side_free(&ep->c);
     PyMem_Free(ep->pids);
+    for (uint32_t k = 0; ep->bells != NULL && k <= ep->c.layout.n_reader; k++)
+        if (ep->bells[k].ours >= 0)
+            close(ep->bells[k].ours);
+    PyMem_Free(ep->bells);
     tp->tp_free((PyObject *)ep);
     Py_DECREF(tp);
 }
