@@ -2,7 +2,8 @@
 
 Issue 14's goals against vLLM's ``MessageQueue`` and the one-copy floor, and issue 42's for
 remote readers: ringcast's remote readers against vLLM's (``vllm-remote``), each security mode
-(``remote``: CURVE, the default; ``remote-aes``; ``remote-insecure``) over vLLM's cleartext queue, same run.
+(``remote``: CURVE, the default; ``remote-aes``; ``remote-insecure``) over vLLM's cleartext queue, same run;
+issue 51's: readers waiting the event loop's way (``ringcast-poll``) beside the blocking ``dequeue``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def evaluate_goals(s: dict) -> list[dict]:
     r = _get(s, "hot/np1m/3r", "ringcast", "p50_us")
     if r:
         add("1 MiB numpy, 3 readers, hot: ringcast median latency (reported)", f"{r:.0f} us", None)
+    for case in ("hot/sched256/1r", "hot/sched256/3r", "idle/sched256/1r", "idle/sched256/3r"):  # issue 51
+        po, rc = _get(s, case, "ringcast-poll", "p50_us"), _get(s, case, "ringcast", "p50_us")
+        if po and rc:
+            add(f"{case}: poll-driven readers (select on fileno, dequeue_nowait) one-way p50 <= 1.5x the blocking dequeue's",
+                f"{po:.1f} us vs {rc:.1f} us = {po / rc:.2f}x", po / rc <= 1.5)
     _goals_vs_vllm_and_memcpy(s, add)
     _goals_remote(s, add)
     return goals

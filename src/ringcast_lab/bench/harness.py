@@ -13,7 +13,8 @@ messages of the time until the last reader had it ("all readers"), the writer's
 ``enqueue`` p50, the writer's minor page faults per ``enqueue`` and the readers' per receive (``getrusage``). Per case: the
 median over repeats, and ratios of those medians.
 
-Implementations: ``ringcast`` (``MessageQueue`` defaults), ``arena`` (the same with a tensor arena
+Implementations: ``ringcast`` (``MessageQueue`` defaults), ``ringcast-poll`` (the same queue, its
+readers waiting the event loop's way: ``select`` on ``fileno()``, then ``dequeue_nowait``), ``arena`` (the same with a tensor arena
 of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from ``--vllm-loader``),
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
 Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
@@ -50,7 +51,7 @@ from .transports import FAMILY, PEER, REMOTE_FLOOR, make_writer, open_reader
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "zmq-remote", "overflow",
+IMPLS = ("ringcast", "ringcast-poll", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "zmq-remote", "overflow",
          "vllm-overflow")
 #: messages per batch
 COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
@@ -74,7 +75,7 @@ def applies(impl: str, payload: str) -> bool:
         return False
     if impl in ("arena", "floor-arena"):
         return payload == "tensor64m"
-    if impl in ("ringcast", "floor"):
+    if impl in ("ringcast", "ringcast-poll", "floor"):
         return payload != "tensor64m"
     return True
 

@@ -10,7 +10,7 @@ from .cases import BASE
 
 __all__ = ["bench_table", "bench_markdown", "write_bench_outputs"]
 
-_ORDER = ("ringcast", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote")
+_ORDER = ("ringcast", "ringcast-poll", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote")
 
 
 def _f(x, nd=1) -> str:

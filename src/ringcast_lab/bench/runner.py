@@ -379,7 +379,7 @@ def run_bench(
     # faulted 1.1 MiB per message, ~4x its time elsewhere). See .heap and docs/performance.md.
     warm_allocator()
     ctx = mp.get_context("spawn")
-    names = [n for n in ("ringcast", "arena", "vllm", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote") if n in impls]
+    names = [n for n in ("ringcast", "ringcast-poll", "arena", "vllm", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote") if n in impls]
     raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
     errors: list[str] = []
     payloads: dict[str, object] = {}

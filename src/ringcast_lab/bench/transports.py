@@ -62,7 +62,7 @@ FAMILY = {"remote": "remote", "remote-aes": "remote", "remote-insecure": "remote
 #: the remote family's floor (the second harness's only): ZeroMQ's own sockets, nothing of a queue
 REMOTE_FLOOR = "zmq-remote"
 #: each ringcast implementation and the vLLM one it is compared with
-PEER = {"ringcast": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-aes": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
+PEER = {"ringcast": "vllm", "ringcast-poll": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-aes": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
 _OVERFLOW_CHUNK = 1 << 20
 #: the constructor arguments of each ringcast implementation beyond its shape
 _EXTRA = {"arena": {"tensor_arena_bytes": 3 * 72 << 20, "tensor_arena_slots": 3}, "remote-insecure": {"remote_insecure": True},
@@ -361,11 +361,11 @@ class _FloorWriter:
             self.w = None
 
 
-TRANSPORTS = {"ringcast": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-aes": _RingcastWriter, "remote-insecure": _RingcastWriter,
+TRANSPORTS = {"ringcast": _RingcastWriter, "ringcast-poll": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-aes": _RingcastWriter, "remote-insecure": _RingcastWriter,
               "overflow": _RingcastWriter, "zmq": _ZmqWriter, "zmq-remote": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
               "vllm": _VllmWriter, "vllm-remote": _VllmWriter, "vllm-overflow": _VllmWriter}
 #: what ``ringcast bench`` runs (the overflow family is the second harness's)
-_BENCH = ("ringcast", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor")
+_BENCH = ("ringcast", "ringcast-poll", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor")
 
 
 def available(vllm_loader: str | None = None) -> dict:
@@ -394,6 +394,25 @@ def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = 
     return cls()
 
 
+def _poll_driven(mq):
+    """``ringcast-poll``'s receive: the event loop's way, on the queue's descriptor (issue 51):
+    ``dequeue_nowait``, and while it has nothing, ``select`` on ``fileno()``."""
+    import select
+
+    from ringcast import NOTHING
+
+    fd, nowait, wait = mq.fileno(), mq.dequeue_nowait, select.select
+
+    def recv():
+        m = nowait()
+        while m is NOTHING:
+            wait((fd,), (), ())
+            m = nowait()
+        return m
+
+    return recv
+
+
 def open_reader(name: str, info, index: int):
     """In the reader process: ``(recv, close)``; returns once connected."""
     if TRANSPORTS.get(name) in (_RingcastWriter, _VllmWriter):
@@ -410,6 +429,8 @@ def open_reader(name: str, info, index: int):
             mq.wait_until_ready(timeout=_READY_TIMEOUT)
         else:
             mq.wait_until_ready()
+        if name == "ringcast-poll":
+            return _poll_driven(mq), mq.close
         return mq.dequeue, getattr(mq, "close", lambda: None)
     if name == "floor":
         from .floor import FloorReader
