@@ -322,3 +322,32 @@ def test_a_poll_slot_that_names_another_file_is_refused_and_logged(pair, caplog)
         assert not readable(fd) and r.dequeue_nowait() == "m"  # the look still finds it
     finally:
         os.close(other)
+
+
+def test_async_writer_waits_for_room_and_consumption(pair):
+    """enqueue_async waits on the writer's descriptor for a free chunk (the reader's ack wakes it)
+    and times out as enqueue does; wait_consumed_async returns once the reader took everything."""
+    w, (r,) = pair.w, pair.rs
+
+    async def run():
+        await w.enqueue_async(1)
+        await w.enqueue_async(2)
+        with pytest.raises(RingTimeoutError, match="enqueue_async"):
+            await w.enqueue_async(3, timeout=0.01)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(r.dequeue)  # frees a chunk: the ack signals the armed writer
+        await w.enqueue_async(3, timeout=30)
+        assert not w.consumed()
+        loop.call_soon(lambda: (r.dequeue(), r.dequeue()))
+        await w.wait_consumed_async(timeout=30)
+        assert w.consumed() and w.ready()
+
+    asyncio.run(run())
+    w.enqueue(4)
+    assert asyncio.run(r.dequeue_async(timeout=-1)) == 4  # expired, as dequeue reads it: one attempt
+    with pytest.raises(RingTimeoutError):
+        asyncio.run(r.dequeue_async(timeout=-1))
+    with pytest.raises(ValueError, match="NaN|nan"):
+        asyncio.run(r.dequeue_async(timeout=float("nan")))
+    with pytest.raises(RoleError):
+        asyncio.run(r.enqueue_async(1))

@@ -32,6 +32,7 @@ import asyncio
 
 import zmq
 
+from .compat import as_timeout
 from .errors import RingTimeoutError
 from .pollers import Descriptor
 
@@ -208,8 +209,7 @@ class EventLoopWaits:
     async def _when_ready(self, attempt, timeout: float | None, what: str):
         """``attempt()`` until it returns something other than NOTHING, awaiting the descriptor
         between tries (the only await: a cancellation lands there, before anything is taken)."""
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"{what}: timeout must be >= 0 or None, got {timeout!r}")
+        timeout = as_timeout(timeout)  # as dequeue reads it: negative = expired (one attempt), inf = none
         loop = asyncio.get_running_loop()
         fd = self.fileno()
         deadline = None if timeout is None else loop.time() + timeout
@@ -267,7 +267,7 @@ class EventLoopWaits:
         with self._in_use():
             self._check_consumable("wait_consumed")
             if self._endpoint is not None:
-                self._endpoint.drain(None if timeout is None else max(float(timeout), 0.0))
+                self._endpoint.drain(as_timeout(timeout))
 
 
 def _wake(fut) -> None:
