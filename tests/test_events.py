@@ -351,3 +351,27 @@ def test_async_writer_waits_for_room_and_consumption(pair):
         asyncio.run(r.dequeue_async(timeout=float("nan")))
     with pytest.raises(RoleError):
         asyncio.run(r.enqueue_async(1))
+
+
+def test_a_message_sent_before_the_writer_died_is_delivered_then_the_death_is_named():
+    """The writer publishes, then is killed: the reader (with a descriptor, which the death makes
+    readable) first gets the message, and only the next call raises DeadWriterError (the
+    descriptor's upkeep after a dequeue makes no liveness check: it must not lose what it took)."""
+    handles, evt = CTX.Queue(), CTX.Event()
+    p = CTX.Process(target=_workers.writer_then_hang, args=(handles, evt, 2), daemon=True)
+    try:
+        p.start()
+        q = MessageQueue.create_from_handle(handles.get(timeout=30), 0)
+        q.wait_until_ready(30)
+        fd = q.fileno()
+        assert evt.wait(30)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+        assert readable(fd)
+        assert q.dequeue() == 0 and q.dequeue_nowait() == 1
+        assert readable(fd)  # the pidfd: the next call has something to say
+        with pytest.raises(DeadWriterError):
+            q.dequeue_nowait()
+        q.close()
+    finally:
+        _kill(p)

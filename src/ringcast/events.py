@@ -97,10 +97,7 @@ class EventLoopWaits:
             self._check_cancelled("dequeue_nowait")
         if not (self.ready() if self._descriptor is None else self._probe() or self._sync()):
             return default
-        obj = self.dequeue()
-        if self._descriptor is not None:
-            self._sync()  # readable again only if the next one is there
-        return obj
+        return self.dequeue()  # which leaves the descriptor readable only if the next one is there
 
     # -- the descriptor -------------------------------------------------------------------------
     def fileno(self) -> int:
@@ -141,11 +138,14 @@ class EventLoopWaits:
             return self.ready()
         return ep.poll(False, False)
 
-    def _sync(self, consumed: bool = False) -> bool:
+    def _sync(self, consumed: bool = False, after: bool = False) -> bool:
         """Make the descriptor readable exactly while the side's next operation (``consumed``: the
         writer's consumed wait) would not wait, and say which: drain the pipe, then the core's
         round (arm, look again: core/rc_poll.c) with the idle checks if a peer has died (they raise
-        for it, or evict it); a remote reader mirrors its socket's ZMQ_EVENTS."""
+        for it, or evict it); a remote reader mirrors its socket's ZMQ_EVENTS. ``after``: called
+        at the end of a successful dequeue / enqueue, which must not raise after its message is
+        taken or sent: no idle checks then (a dead peer's pidfd keeps the descriptor readable, and
+        the next call makes them)."""
         d = self._descriptor
         d.pipe.drain()
         if self._closed or self._cancelled:
@@ -155,7 +155,7 @@ class EventLoopWaits:
         if ep is None:
             ready = not self._is_remote_reader or bool(self.remote_socket.getsockopt(_EVENTS) & _POLLIN)
         else:
-            exited = d.peers_exited()
+            exited = not after and d.peers_exited()
             ready = (ep.poll_consumed if consumed else ep.poll)(True, exited)
             if exited and self._is_writer:  # an evicted reader's exit is no news any more
                 live = set(ep.live_readers)
@@ -190,8 +190,7 @@ class EventLoopWaits:
                 self._check_cancelled("enqueue_async")
             if not (self._probe() or self._sync()):
                 return NOTHING
-            self.enqueue(obj)
-            self._sync()
+            self.enqueue(obj)  # which leaves the descriptor readable only if the next chunk is free
             return None
 
         await self._when_ready(attempt, timeout, "enqueue_async")

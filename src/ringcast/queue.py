@@ -330,7 +330,7 @@ class MessageQueue(EventLoopWaits, QueueRole):
             self._messages += 1
             self._bytes += size
             if self._descriptor is not None:
-                self._sync()  # readable again only if the next chunk is free
+                self._sync(after=True)  # readable again only if the next chunk is free
         finally:
             self._busy -= 1
 
@@ -377,13 +377,13 @@ class MessageQueue(EventLoopWaits, QueueRole):
                 if frames is None:  # none yet (or a READY meant for another reader)
                     frames = self._observer.recv_frames(sock, deadline, "waiting for a message", timeout, False)
                 if self._descriptor is not None:
-                    self._sync()
+                    self._sync(after=True)
                 self._messages += 1
                 self._bytes += sum(len(f) for f in frames)
                 return self._unpickler.from_wire(frames)
             obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
             if self._descriptor is not None:
-                self._sync()  # readable again only if the next message is there
+                self._sync(after=True)  # readable again only if the next message is there
             self._messages += 1
             if frames is None:
                 return obj
