@@ -96,7 +96,7 @@ def test_histogram_percentiles_and_merge():
 def test_builtin_scenarios_load():
     paths = builtin_scenarios()
     names = {load_scenario(p).name for p in paths}
-    assert {"soak", "slow_readers", "bursts", "payload_sizes", "many_readers", "local_remote", "idle_gaps"} <= names
+    assert {"soak", "slow_readers", "bursts", "payload_sizes", "many_readers", "local_remote", "idle_gaps", "event_loops"} <= names
     for p in paths:
         sc = load_scenario(p)
         assert sc.description and sc.stresses, p
@@ -166,6 +166,26 @@ def test_injected_fault_fails(fault):
     assert set(r["violations"]) == {expect}, r["violations"]
     assert r["violations"][expect] == 1
     assert any(expect in e for e in r["examples"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", [None, "drop"])
+def test_event_loop_readers_pass_and_catch_a_fault(fault):
+    """Readers that wait on the descriptor (poll) and in asyncio under random cancellation (the
+    scenario key ``waits``) receive every message, in order; a dropped message is seen by each."""
+    sc = _tiny(readers=2, remote_readers=1, waits={0: "poll", 1: "asyncio", 2: "asyncio"},
+               phases=[Phase(name="bursts", sizes=[64, 5000], pattern="burst", burst=4, gap=0.001)])
+    r = run_scenario(sc, quick=True, fault=None if fault is None else {"kind": fault, "at": 3})
+    if fault is None:
+        assert r["verdict"] == "PASS", (r["errors"], r["violations"])
+        assert all(x["received"] == r["sent"]["messages"] for x in r["readers"])
+    else:
+        assert r["verdict"] == "FAIL" and r["violations"] == {"loss": 3}, (r["violations"], r["errors"])
+
+
+def test_a_scenario_refuses_an_unknown_wait():
+    with pytest.raises(ValueError, match="waits\\[0\\] = 'spin'"):
+        _tiny(waits={0: "spin"})
 
 
 @pytest.mark.timeout(60)

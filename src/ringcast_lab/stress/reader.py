@@ -21,7 +21,7 @@ from ringcast.queue import MessageQueue
 from .checker import SequenceChecker, decode
 from .stats import CpuSegments, LatencyHistogram
 
-__all__ = ["reader_main", "queue_kwargs"]
+__all__ = ["reader_main", "queue_kwargs", "receiver"]
 
 
 def queue_kwargs(spin, recheck) -> dict:
@@ -31,6 +31,49 @@ def queue_kwargs(spin, recheck) -> dict:
     if recheck is not None:
         kw["recheck_interval"] = recheck
     return kw
+
+
+def receiver(mq, how: str, seed: int):
+    """``dequeue(timeout=)`` of a reader that waits ``how`` (scenario ``waits``): ``block``
+    (``mq.dequeue``), ``poll`` (select on ``fileno()``, then ``dequeue_nowait``) or ``asyncio``
+    (``dequeue_async`` in one event loop, each await cancelled at a random point with probability
+    1/2 and retried: a message lost, doubled or reordered by a cancellation fails the checker)."""
+    if how == "block":
+        return mq.dequeue
+    if how == "poll":
+        import select
+
+        from ringcast import NOTHING
+
+        fd = mq.fileno()
+
+        def polled(timeout):
+            end = time.monotonic() + timeout
+            while (m := mq.dequeue_nowait()) is NOTHING:
+                if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+                    return mq.dequeue(timeout=0)  # raises the queue's own timeout error
+            return m
+
+        return polled
+    import asyncio
+    import random
+
+    rng, loop = random.Random(seed), asyncio.new_event_loop()
+
+    async def one(timeout):
+        while True:
+            task = loop.create_task(mq.dequeue_async(timeout=timeout))
+            if rng.random() < 0.5:
+                for _ in range(rng.randrange(3)):
+                    await asyncio.sleep(0)
+                task.cancel()
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if not task.cancelled():  # not ours: pass it on
+                    raise
+
+    return lambda timeout: loop.run_until_complete(one(timeout))
 
 
 def reader_main(handle, cfg: dict, conn) -> None:
@@ -47,7 +90,7 @@ def reader_main(handle, cfg: dict, conn) -> None:
         seg = CpuSegments()
         slow = cfg["slow"]
         mono_ns = time.monotonic_ns
-        dequeue = mq.dequeue
+        dequeue = receiver(mq, cfg.get("wait", "block"), cfg["index"])
         monotonic = time.monotonic
         sleep = time.sleep
         while True:

@@ -155,6 +155,7 @@ def run_scenario(
                 "spin": sc.spin,
                 "recheck": sc.recheck_interval,
                 "slow": sc.slow_readers.get(i, 0.0),
+                "wait": sc.waits.get(i, "block"),
             }
             r, w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=reader_main, args=(handle, cfg, w), name=f"ringcast-stress-{sc.name}-r{i}", daemon=True)

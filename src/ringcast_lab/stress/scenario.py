@@ -31,6 +31,12 @@ Keys (all but ``name`` optional):
     (messages per second for "rate").
 ``slow_readers``
     ``{reader_index: seconds}``: that reader sleeps this long after every message.
+``waits``
+    ``{reader_index: how}``: how that reader waits for a message (default ``"block"``:
+    ``dequeue``); ``"poll"``: ``select`` on the queue's ``fileno()``, then ``dequeue_nowait``
+    (an event loop's way); ``"asyncio"``: ``await dequeue_async()`` in an asyncio loop, every
+    await cancelled at a random point with probability 1/2 (the checker then proves that no
+    cancellation lost, duplicated or reordered a message).
 ``timeout``
     extra seconds every process may take beyond the planned time before it is killed.
 """
@@ -48,6 +54,7 @@ __all__ = ["Scenario", "Phase", "load_scenario", "builtin_dir", "builtin_scenari
 
 _PATTERNS = ("flood", "burst", "gap", "rate")
 _KINDS = ("messages", "fences")
+WAITS = ("block", "poll", "asyncio")
 
 
 @dataclass
@@ -99,6 +106,7 @@ class Scenario:
     quick_idle: float = 0.0
     phases: list = field(default_factory=lambda: [Phase()])
     slow_readers: dict = field(default_factory=dict)
+    waits: dict = field(default_factory=dict)
     timeout: float = 30.0
     source: str = ""
 
@@ -116,6 +124,10 @@ class Scenario:
             if not 0 <= int(r) < self.readers + self.remote_readers:
                 raise ValueError(f"scenario {self.name!r}: slow reader {r} does not exist")
         self.slow_readers = {int(k): float(v) for k, v in self.slow_readers.items()}
+        self.waits = {int(k): v for k, v in self.waits.items()}
+        for r, how in self.waits.items():
+            if not 0 <= r < self.readers + self.remote_readers or how not in WAITS:
+                raise ValueError(f"scenario {self.name!r}: waits[{r}] = {how!r}: a reader index and one of {WAITS}")
         if any(p.kind == "numpy" for p in self.phases):
             try:
                 import numpy  # noqa: F401
