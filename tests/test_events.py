@@ -128,16 +128,18 @@ def test_shutdown_makes_both_descriptors_readable_and_the_calls_raise(pair):
 def test_close_leaves_the_descriptor_readable_until_the_queue_is_collected():
     p = Group(n_reader=1)
     w, (r,) = p.w, p.rs
-    fd = r.fileno()
     before = len(os.listdir("/proc/self/fd"))
+    fd = r.fileno()  # an epoll set, a pipe (two ends), the writer's pidfd
+    assert len(os.listdir("/proc/self/fd")) == before + 4
     r.close()
     assert readable(fd)
     with pytest.raises(ClosedError):
         r.dequeue_nowait()
+    closed = len(os.listdir("/proc/self/fd"))  # the queue's sockets and mapping released, the descriptor kept
     p.rs = []
     del r
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) < before  # the epoll set, its pipe and the writer's pidfd are gone
+    assert len(os.listdir("/proc/self/fd")) == closed - 4  # the four went with the object
     w.close()
 
 

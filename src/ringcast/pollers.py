@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import select
+import weakref
 
 __all__ = ["WakePipe", "Descriptor"]
 
@@ -67,14 +68,26 @@ class WakePipe:
         self.r = self.w = -1
 
 
+def _close_all(epoll, pipe: WakePipe, peers: dict) -> None:
+    for fd in peers.values():
+        os.close(fd)
+    peers.clear()
+    epoll.close()
+    if pipe.r >= 0:
+        pipe.close()
+
+
 class Descriptor:
-    """An epoll set over a :class:`WakePipe`, the peers' pidfds and extra descriptors (not owned)."""
+    """An epoll set over a :class:`WakePipe`, the peers' pidfds and extra descriptors (not owned).
+    Its descriptors are closed by :meth:`close` or when it is collected (a finalizer: a queue
+    keeps its Descriptor until the queue goes)."""
 
     def __init__(self) -> None:
         self.pipe = WakePipe()
         self._epoll = select.epoll()  # close-on-exec
-        self._epoll.register(self.pipe.r, select.EPOLLIN)
         self._peers: dict[int, int] = {}  # key -> pidfd
+        self._close = weakref.finalize(self, _close_all, self._epoll, self.pipe, self._peers)
+        self._epoll.register(self.pipe.r, select.EPOLLIN)
 
     def fileno(self) -> int:
         return self._epoll.fileno()
@@ -111,9 +124,4 @@ class Descriptor:
         return bool(select.select(list(self._peers.values()), [], [], 0)[0])
 
     def close(self) -> None:
-        if self.pipe.r < 0:
-            return
-        for key in list(self._peers):
-            self.unwatch(key)
-        self._epoll.close()
-        self.pipe.close()
+        self._close()
