@@ -18,7 +18,9 @@ _SWITCHES = {"Order": "order", "SkipReader": "skip_reader", "InitWritten": "init
              "Abort": "abort", "Evict": "evict", "EvictSkipsFlag": "evict_skips_flag", "RecvInt": "recv_int"}
 #: the constants outside ring.py's scope and the one value each must have (spec/RingInd.tla's scope)
 _SCOPE = {"MM": '"SC"', "Parking": "FALSE", "S": "0", "Remote": '"none"', "FalseSuspect": "{}",
-          "EvictCheck": "FALSE", "CloseSet": "{}", "LoadBuffering": "FALSE", "Spin": "FALSE"}
+          "EvictCheck": "FALSE", "CloseSet": "{}", "LoadBuffering": "FALSE", "Spin": "FALSE", "Pollers": "{}"}
+#: the modules of Ring's constants: MCRing's models, and RingInd's (Lamport's method for IndInv)
+MODULES = ("MCRing", "RingInd")
 
 
 def _value(text: str):
@@ -33,7 +35,7 @@ def _value(text: str):
 
 def _outside(model: dict) -> dict:
     """The model's constants outside ring.py's scope that differ from their one value there."""
-    if model["module"] != "MCRing":
+    if model["module"] not in MODULES:
         return {"module": model["module"]}
     consts = model["config"]["constants"]
     return {k: consts[k] for k, v in _SCOPE.items() if consts.get(k, v) != v}
@@ -51,5 +53,6 @@ def from_manifest(name: str, spec=None):
 
 
 def in_scope(expect: str, spec=None) -> list[str]:
-    """The manifest's models in ring.py's scope whose expected result is ``expect``."""
-    return [m["name"] for m in manifest(spec)["models"] if m["expect"] == expect and not _outside(m)]
+    """The manifest's MCRing models in ring.py's scope whose expected result is ``expect``."""
+    return [m["name"] for m in manifest(spec)["models"]
+            if m["expect"] == expect and m["module"] == "MCRing" and not _outside(m)]

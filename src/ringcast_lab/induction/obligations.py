@@ -144,8 +144,11 @@ def _fifo_hint(cfg, prm, s, t, conj):
         return z3.Implies(z3.And(rl[who] + 1 <= p, p <= v.send_top, prm.Big[sent[p]]),
                           z3.And(1 <= k, k <= fl[who], f[who, k] == sent[p]))
 
-    extra = [0 <= q, q < prm.NR, elem(v0, q, ka, pa0), elem(v0, q, ka + 1, pa1), place(v0, q, pc, kc),
-             elem(v0, r, z3.IntVal(1), p1), place(v0, r, s["rlen"][r] + 1, kb)]
+    # each fact holds for some witness whenever IndInv does: InvFifo's instance for a live reader
+    # (unguarded, an evicted reader's arbitrary FIFO could leave no witness: a vacuous proof)
+    extra = [0 <= q, q < prm.NR,
+             z3.Implies(v0.live(q), z3.And(elem(v0, q, ka, pa0), elem(v0, q, ka + 1, pa1), place(v0, q, pc, kc))),
+             z3.Implies(v0.live(r), z3.And(elem(v0, r, z3.IntVal(1), p1), place(v0, r, s["rlen"][r] + 1, kb)))]
     f1, fl1 = t["fifo"], t["flen"]
     increasing = forall([(1, fl1[q]), (1, fl1[q])], lambda k, k2: z3.Implies(k < k2, f1[q, k] < f1[q, k2]))
     goal = z3.Implies(v1.live(q), z3.And(
