@@ -476,22 +476,25 @@ def close_all(sockets, auth, ctx, ipc_path: str | None) -> None:
 
 def recv_frames(sock, deadline: float | None, check_cancelled, on_idle_poll, on_timeout, copy: bool = True) -> list:
     """Receive one multipart message before ``deadline`` (``_steps.clock.monotonic()`` seconds; None:
-    no limit), polling in slices of at most POLL_SLICE. ``check_cancelled()`` runs before every
-    slice, ``on_idle_poll()`` after every slice that brought nothing (dead-peer checks); both may
-    raise. ``on_timeout(waited)`` builds the exception raised at the deadline. ``copy=False``
+    no limit), in slices of at most POLL_SLICE (a poll, or ``recv_within`` where the socket has it: a
+    remote reader's). ``check_cancelled()`` runs before every slice, ``on_idle_poll()`` after every
+    slice that brought nothing (dead-peer checks); both may raise. ``on_timeout(waited)`` builds the exception raised at the deadline. ``copy=False``
     returns ``zmq.Frame`` objects: writable, private to this process, no copy out of ZeroMQ's
     message (~1 us more per message than ``bytes``; payloads: arrays and tensors rebuilt on them
     share their memory)."""
     start = _steps.clock.monotonic()
+    within = getattr(sock, "recv_within", None)  # a remote reader's socket: one blocking receive per slice
     while True:
         check_cancelled()
         now = _steps.clock.monotonic()
         wait = POLL_SLICE if deadline is None else min(POLL_SLICE, deadline - now)
         if wait <= 0:
             raise on_timeout(now - start)
-        if sock.poll(max(1, int(wait * 1000)), _POLLIN):
-            frames = sock.recv_multipart(copy=copy)
+        ms = max(1, int(wait * 1000))
+        if within is not None or sock.poll(ms, _POLLIN):  # recv_within: None if nothing came (or a skipped message)
+            frames = within(ms, copy) if within is not None else sock.recv_multipart(copy=copy)
             if frames is not None:  # None: a READY for another reader (TopicSocket.after_ready)
                 return frames
-            continue
+            if within is None:
+                continue
         on_idle_poll()

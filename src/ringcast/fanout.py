@@ -210,7 +210,7 @@ class PeerSocket(Readmitting):
             self._flush()
             if data is fan.last:
                 return
-        if not self._out and self.readmit:
+        if not self._out and self.readmit and time.monotonic() >= self._next_readmit:
             self._readmit()
         self._out.append(data)
         if int(flags) & _SNDMORE:

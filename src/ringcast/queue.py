@@ -45,7 +45,7 @@ from .waiting import DEFAULT_RECHECK, DEFAULT_SPIN, Cancel, Counters, WaitPolicy
 __all__ = ["MessageQueue", "Handle", "QueueStatistics", "Role", "DEFAULT_MAX_CHUNK_BYTES", "DEFAULT_ARENA_BYTES"]
 
 logger = logging.getLogger("ringcast")
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: IntFlag arithmetic costs ~0.5 us
+_SLICE_MS = int(channel.POLL_SLICE * 1000)  # a remote reader's blocking receive without a deadline (channel.recv_frames)
 
 _CLOSE_GRACE = 5.0  # how long close() waits for an operation running in another thread
 #: vLLM 0.33's default chunk size ("large enough to accommodate grammar bitmask tensors for large
@@ -373,13 +373,13 @@ class MessageQueue(EventLoopWaits, QueueRole):
             ep = self._endpoint
             if ep is None:  # a remote reader; a message already there is taken without a poll
                 sock = self.remote_socket
-                frames = sock.recv_multipart(copy=False) if sock.getsockopt(_EVENTS) & _POLLIN else None
+                frames = sock.recv_within(0 if deadline is not None else _SLICE_MS, False)  # a look, or a first slice of the wait
                 if frames is None:  # none yet (or a READY meant for another reader)
                     frames = self._observer.recv_frames(sock, deadline, "waiting for a message", timeout, False)
                 if self._descriptor is not None:
                     self._sync(after=True)
                 self._messages += 1
-                self._bytes += sum(len(f) for f in frames)
+                self._bytes += sum(map(len, frames))
                 return self._unpickler.from_wire(frames)
             obj, frames = ep.receive(self._unpickler.from_chunk, timeout, deadline)
             if self._descriptor is not None:

@@ -69,6 +69,10 @@ RECONNECT_WINDOW = 10.0  # seconds without a connection after which a remote rea
 _DEAD = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | zmq.EVENT_CONNECT_RETRIED  # its connection is over, or never came
 _EVENTS = _DEAD | zmq.EVENT_HANDSHAKE_SUCCEEDED
 _EVENTS_OPT, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: IntFlag arithmetic costs ~0.5 us
+_RCVTIMEO = int(zmq.RCVTIMEO)
+#: pyzmq's compiled receive and option read, without the Python wrapper of its ``Socket`` (its ``get``
+#: looks the option up in an enum: ~1 us a call, twice per message)
+_recv, _get = zmq.backend.Socket.recv, zmq.backend.Socket.get
 LIBZMQ_RECONNECT_MS = 86_400_000  # libzmq's own reconnection, never reached: RemoteSub replaces the socket
 
 
@@ -148,6 +152,7 @@ class RemoteSub:
         hello = self._keys.hello(self._nonce) if self._keys is not None else b""
         self._proven = self.curve_keys is not None  # CURVE: the handshake proved the server
         self.sock, self.mon, self._dead, self._handshakes = s, mon, False, 0
+        self._rcvtimeo = -1  # the socket's ZMQ_RCVTIMEO (recv_within)
         self._safe_until = time.monotonic() + LIBZMQ_RECONNECT_MS / 2000
         try:
             s.connect(self.addr)
@@ -166,7 +171,7 @@ class RemoteSub:
         """Read the connection events. Until ``_safe_until`` no second connection can exist: libzmq
         reconnects no sooner than LIBZMQ_RECONNECT_MS after a disconnection, and none was seen here."""
         now = time.monotonic()
-        while self.mon.getsockopt(_EVENTS_OPT) & _POLLIN:  # pyzmq's poll(0) builds a Poller: 10x the cost
+        while _get(self.mon, _EVENTS_OPT) & _POLLIN:  # pyzmq's poll(0) builds a Poller: 10x the cost
             event = recv_monitor_message(self.mon)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._handshakes += 1
@@ -202,7 +207,7 @@ class RemoteSub:
     def poll(self, timeout=None, flags: int = _POLLIN) -> int:
         """As a socket's ``poll``, in one ``zmq_poll`` at most (pyzmq's builds a Poller per call)."""
         flags = int(flags)
-        ready = self.sock.getsockopt(_EVENTS_OPT) & flags  # a message waiting: nothing else to look at
+        ready = _get(self.sock, _EVENTS_OPT) & flags  # a message waiting: nothing else to look at
         if ready:
             return ready
         self._watch()
@@ -218,6 +223,39 @@ class RemoteSub:
             while f.more:
                 f = self.sock.recv(copy=False)
                 frames.append(f)
+        return self._accept(frames, copy)
+
+    def recv_within(self, ms: int, copy: bool = True) -> list | None:
+        """The next message if one comes within ``ms`` milliseconds (0: only one already there),
+        as :meth:`recv_multipart` returns it; None if none came (the connection is then watched,
+        as :meth:`poll` does before it waits, unless ``ms`` is 0) or it is one this reader skips.
+        One blocking receive (``ZMQ_RCVTIMEO``): a ``poll`` and then a ``recv`` make 5-7 system
+        calls more per message (libzmq looks at the socket's mailbox before and after its poll;
+        tools/bench_remote_cost.py, docs/performance.md). The connection is watched after a wait
+        that brought nothing rather than before each one: a connection that ended delivers
+        nothing more, so it is seen one wait later at most, and a message is taken only as
+        :meth:`recv_multipart` takes one (its look at the connection events included)."""
+        sock = self.sock
+        if ms == 0:  # a look (2 system calls, as a NOBLOCK receive's; zmq.Again would cost ~3 us more)
+            if not _get(sock, _EVENTS_OPT) & _POLLIN:
+                return None
+        elif ms != self._rcvtimeo:
+            sock.setsockopt(_RCVTIMEO, ms)
+            self._rcvtimeo = ms
+        try:
+            f = _recv(sock, 0, copy=False)
+        except zmq.Again:
+            self._watch()
+            return None
+        frames = [f]
+        while f.more:
+            f = _recv(sock, 0, copy=False)
+            frames.append(f)
+        return self._accept([f.bytes for f in frames] if copy else frames, copy)
+
+    def _accept(self, frames: list, copy: bool) -> list | None:
+        """A received message: its frames without the topic (opened, for aes-gcm), or None for what
+        this reader skips; raises ImpostorError for anything before the writer's proof."""
         if time.monotonic() >= self._safe_until:  # ~0.1 us; a poll of the monitor costs 10-100 times more
             self._events()
         if self._handshakes > 1:  # a second connection: this message may be another server's
@@ -225,13 +263,14 @@ class RemoteSub:
             return None
         if self._proven:
             first, t = frames[0], self.topic
-            if len(first) == len(t) and memoryview(first) == t:  # the topic frame
+            n, k = len(first), len(t)
+            if n > k and memoryview(first)[:k] == t:  # the topic in front of the first frame
+                frames[0] = memoryview(first)[k:]
+            elif n == k and memoryview(first) == t:  # the topic frame
                 frames = frames[1:]
-            elif len(first) > len(t) and memoryview(first)[: len(t)] == t:  # the topic in front of the first frame
-                frames[0] = memoryview(first)[len(t) :]
             else:
                 return None  # no message of this queue (the writer sends none such): skipped
-            if is_ready(frames):
+            if len(frames) == 1 and len(frames[0]) == len(READY) and is_ready(frames):
                 return None if self.after_ready else frames
             return frames if self._opener is None else self._opener.open(frames)
         head = frames[0] if copy else frames[0].bytes
@@ -255,7 +294,7 @@ class RemoteSub:
         self.sock.setsockopt(opt, value)
 
     def getsockopt(self, opt):
-        return self.sock.getsockopt(opt)
+        return _get(self.sock, opt) if opt == _EVENTS_OPT else self.sock.getsockopt(opt)
 
     def close(self, linger=None) -> None:
         if self.sock is not None:

@@ -121,7 +121,8 @@ class Outbox:
         # (aes-gcm seals the joined bytes into a new one instead). Each buffer is copied once,
         # into its zmq.Frame, which no send copies again.
         if total < BYREF_MIN - WIRE_HEAD.size:
-            return [b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts)), *[zmq.Frame(b, copy=True) for b in bufs]]
+            joined = b"".join((WIRE_HEAD.pack(self.seq, nf, nf), *parts))
+            return [joined, *[zmq.Frame(b, copy=True) for b in bufs]] if bufs else [joined]
         step, table = self.part_bytes, 4 * nf
         pieces = [_pieces(parts, WIRE_HEAD.size + table), *[_pieces((b,), 0) for b in bufs]]
         counts = [sum(_count(p, step) for p in ps) for ps in pieces]
