@@ -1,14 +1,17 @@
 """The project's performance goals, evaluated on every ``ringcast bench`` run (``bench.md``).
 
-Issue 14's goals against vLLM's ``MessageQueue`` and the one-copy floor, and issue 42's for
-remote readers: ringcast's remote readers against vLLM's (``vllm-remote``), each security mode
-(``remote``: CURVE, the default; ``remote-aes``; ``remote-insecure``) over vLLM's cleartext queue, same run;
+Issue 14's goals against vLLM's ``MessageQueue`` and the one-copy floor, and issues 42 and 53's
+for remote readers: each security mode (``remote``: CURVE, the default; ``remote-aes``;
+``remote-insecure``) over vLLM's cleartext queue (``vllm-remote``) and over its own floor (ZeroMQ's
+sockets with only that mode's cipher), same run (:func:`remote_verdicts`, shared with the second harness);
 issue 51's: readers waiting the event loop's way (``ringcast-poll``) beside the blocking ``dequeue``.
 """
 
 from __future__ import annotations
 
-__all__ = ["evaluate_goals"]
+from .transports import REMOTE_FLOOR
+
+__all__ = ["evaluate_goals", "remote_verdicts", "REMOTE_GOALS"]
 
 
 def _get(summary, case, impl, metric):
@@ -66,20 +69,44 @@ def _goals_vs_vllm_and_memcpy(s: dict, add) -> None:
             add(f"hot/tensor64m/3r: {impl} all-readers p50 <= 1.5x one memcpy of 64 MiB", f"{rc:.0f} us vs {mc:.0f} us = {rc / mc:.1f}x", rc / mc <= 1.5)
 
 
-#: issue 42: (implementation, payload, most ringcast / vLLM one-way p50)
-_REMOTE_LATENCY = (("remote", "sched256", 1.0), ("remote", "blob64k", 1.0), ("remote", "dict1m", 2.0),
-                   ("remote-aes", "sched256", 1.0), ("remote-aes", "blob64k", 1.0), ("remote-aes", "dict1m", 2.0),
-                   ("remote-insecure", "sched256", 1.0), ("remote-insecure", "dict1m", 1.2))
+#: issue 53's goals, one remote reader unless stated: (implementation, payload, readers, over
+#: "vllm" or "floor", most one-way p50 ratio)
+REMOTE_GOALS = (("remote-insecure", "sched256", 1, "vllm", 1.0), ("remote-insecure", "sched256", 1, "floor", 1.15),
+                ("remote-insecure", "blob64k", 1, "vllm", 1.0), ("remote-insecure", "blob64k", 1, "floor", 1.15),
+                ("remote-insecure", "dict1m", 1, "vllm", 1.1),
+                ("remote-aes", "sched256", 1, "vllm", 1.1), ("remote-aes", "dict1m", 1, "vllm", 1.5),
+                ("remote-aes", "dict1m", 1, "floor", 1.15), ("remote-aes", "dict1m", 3, "vllm", 1.5),
+                ("remote", "sched256", 1, "vllm", 1.1), ("remote", "dict1m", 1, "floor", 1.15))
+
+
+def remote_verdicts(get) -> list[dict]:
+    """Issue 53's goals on either harness: ``get(payload, readers, impl, metric)`` gives a case's
+    median ``"p50"`` (one-way, us), ``"writer_faults"`` or ``"reader_faults"`` (page faults per
+    message), or None where it was not measured; a goal with a missing figure is left out. Also:
+    0 page faults per 1 MiB and 16 MiB message on either side in every mode."""
+    out = []
+    for impl, payload, n, over, lim in REMOTE_GOALS:
+        other = "vllm-remote" if over == "vllm" else REMOTE_FLOOR[impl]
+        a, b = get(payload, n, impl, "p50"), get(payload, n, other, "p50")
+        if a and b:
+            out.append({"goal": f"{payload}/{n}r/remote: {impl} one-way p50 <= {lim:g}x {other}'s", "measured": f"{a:.1f} us vs {b:.1f} us = {a / b:.2f}x",
+                        "met": a / b <= lim, "note": ""})
+    for impl in REMOTE_FLOOR:
+        for payload in ("dict1m", "blob16m"):
+            f = [get(payload, 1, impl, m) for m in ("writer_faults", "reader_faults")]
+            if None not in f:
+                out.append({"goal": f"{payload}/1r/remote: {impl} page faults per message, writer and reader: 0", "measured": f"{f[0]:g}, {f[1]:g}",
+                            "met": f == [0, 0], "note": ""})
+    return out
 
 
 def _goals_remote(s: dict, add) -> None:
-    """Issue 42's goals: remote readers beside vLLM's, hot one-way p50 and flood throughput."""
+    """Issue 53's goals (:func:`remote_verdicts`; page faults: the means, the bench keeps no median)
+    and issue 42's flood goal: remote readers beside vLLM's."""
+    keys = {"p50": "p50_us", "writer_faults": "enqueue_faults_mean", "reader_faults": "reader_faults_mean"}
+    for g in remote_verdicts(lambda payload, n, impl, metric: _get(s, f"hot/{payload}/{n}r/remote", impl, keys[metric])):
+        add(g["goal"], g["measured"], g["met"])
     for n in (1, 3):
-        for impl, payload, lim in _REMOTE_LATENCY:
-            case = f"hot/{payload}/{n}r/remote"
-            rc, vl = _get(s, case, impl, "p50_us"), _get(s, case, "vllm-remote", "p50_us")
-            if rc and vl:
-                add(f"{case}: {impl} one-way p50 <= {lim:g}x vLLM's", f"{rc:.1f} us vs {vl:.1f} us = {rc / vl:.2f}x", rc / vl <= lim)
         for payload in ("sched256", "blob64k", "dict1m", "blob16m"):
             case = f"flood/{payload}/{n}r/remote"
             vl = _get(s, case, "vllm-remote", "msgs_per_s")

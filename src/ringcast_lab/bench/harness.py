@@ -19,9 +19,12 @@ of 3 x 72 MiB; the 64 MiB tensor case), ``vllm`` (vLLM's ``MessageQueue`` from `
 ``floor`` and ``floor-arena`` (:mod:`.floor`: 10 slots of 2 MiB; 3 slots of 72 MiB with views).
 Remote readers (issue 42): ``remote`` (ringcast's TCP readers on 127.0.0.1, CURVE, the default),
 ``remote-aes`` (``remote_security="aes-gcm"``), ``remote-insecure`` (``remote_insecure=True``) and ``vllm-remote`` (vLLM's class, the same shape:
-``n_local_reader=0``, cleartext), and their floor ``zmq-remote`` (pyzmq PUB/SUB on the same TCP,
-pickle protocol 5, no copy: what the sockets and pickle cost with nothing of a queue; each remote
-ringcast mode's "ringcast / floor"); payloads up to 16 MiB (``blob16m``). Overflow: ``overflow`` and
+``n_local_reader=0``, cleartext), and each mode's floor (issue 53, :mod:`.zmqfloor`): ``zmq-remote``
+(pyzmq PUB/SUB on the same TCP, pickle protocol 5, no copy: what the sockets and pickle cost with
+nothing of a queue), ``zmq-remote-curve`` (the same with CurveZMQ) and ``zmq-remote-aes`` (the same
+with every frame sealed and opened with AES-256-GCM), each remote ringcast mode's "ringcast /
+floor"; payloads up to 16 MiB (``blob16m``). ``verdicts`` in the JSON: issue 53's goals
+(:func:`.goals.remote_verdicts`). Overflow: ``overflow`` and
 ``vllm-overflow``, local readers on 1 MiB chunks, so ``dict1m`` and an 8 MiB ``bytes`` (``blob8m``)
 go over the overflow socket. Their cases are named ``<payload>/<n>r/remote`` and
 ``.../overflow``; each ringcast implementation's ratio is over its vLLM peer (``PEER``).
@@ -46,12 +49,14 @@ import sys
 import time
 
 from ..stress.stats import median
+from .goals import remote_verdicts
 from .heap import apply_heap, minor_faults
 from .transports import FAMILY, PEER, REMOTE_FLOOR, make_writer, open_reader
 
 __all__ = ["run_harness", "summarize", "table", "main", "IMPLS", "COUNTS"]
 
-IMPLS = ("ringcast", "ringcast-poll", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "zmq-remote", "overflow",
+IMPLS = ("ringcast", "ringcast-poll", "arena", "vllm", "floor", "floor-arena", "remote", "remote-aes", "remote-insecure", "vllm-remote", "zmq-remote",
+         "zmq-remote-curve", "zmq-remote-aes", "overflow",
          "vllm-overflow")
 #: messages per batch
 COUNTS = {"sched256": 300, "blob64k": 200, "dict1m": 60, "np1m": 60, "tensor64m": 8, "blob8m": 20, "blob16m": 12}
@@ -225,7 +230,7 @@ def _writer_main(impl: str, n: int, conn, loader, heap: str, poll: bool = False,
             last = [max(col) for col in zip(*per_reader)]
             conn.send({"p50_us": (per_msg if flood else _p50(lat)) / 1e3, "all_p50_us": (per_msg if flood else _p50(last)) / 1e3,
                        "enqueue_p50_us": _p50(enq) / 1e3, "faults_p50": _p50(flt),
-                       "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt)})
+                       "faults_mean": sum(flt) / len(flt), "reader_faults_mean": sum(rflt) / len(rflt), "reader_faults_p50": _p50(rflt)})
     except BaseException as e:
         conn.send({"error": f"{type(e).__name__}: {e}"})
     finally:
@@ -316,10 +321,20 @@ def run_harness(payloads, readers=(1, 3), impls=IMPLS, *, repeats: int = 3, scal
     except (OSError, subprocess.SubprocessError):
         uptime = None
     return {"heap": heap, "acks": acks, "mode": mode, "ringcast_spin": spin, "repeats": repeats, "scale": scale, "raw": raw, "loadavg": loads, "uptime_at_end": uptime,
-            "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw)}
+            "wall_s": round(time.monotonic() - t0, 1), "summary": summarize(raw), "verdicts": verdicts(summarize(raw))}
 
 
-_KEYS = ("p50_us", "all_p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults_mean")
+def verdicts(summary: dict) -> list[dict]:
+    """Issue 53's goals (:func:`.goals.remote_verdicts`) on this harness's summary."""
+    keys = {"p50": "p50_us", "writer_faults": "faults_p50", "reader_faults": "reader_faults_p50"}
+
+    def get(payload, n, impl, metric):
+        return summary.get(f"{payload}/{n}r/remote", {}).get("impls", {}).get(impl, {}).get(keys[metric])
+
+    return remote_verdicts(get)
+
+
+_KEYS = ("p50_us", "all_p50_us", "enqueue_p50_us", "faults_p50", "faults_mean", "reader_faults_mean", "reader_faults_p50")
 
 
 def summarize(raw: dict) -> dict:
@@ -327,10 +342,11 @@ def summarize(raw: dict) -> dict:
     over the floor (or floor-arena), of those medians; in the remote and overflow families each
     ringcast implementation over its vLLM peer (``PEER``), as ``"<impl>/<peer>"`` (one-way) and
     ``"<impl>/<peer> all"`` (until the last reader had it), and each remote one over the remote
-    floor, ``"<impl>/zmq-remote"``."""
+    floor (:data:`.transports.REMOTE_FLOOR`: ``zmq-remote``, ``zmq-remote-curve``, ``zmq-remote-aes``),
+    ``"<impl>/<floor>"``."""
     out: dict = {}
     for case, per in raw.items():
-        s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS} for impl, rs in per.items()}
+        s = {impl: {k: median([r[k] for r in rs]) for k in _KEYS if all(k in r for r in rs)} for impl, rs in per.items()}
         rc = s.get("ringcast") or s.get("arena")
         fl = s.get("floor") or s.get("floor-arena")
         ratios = {}
@@ -343,8 +359,8 @@ def summarize(raw: dict) -> dict:
             if impl in FAMILY and PEER.get(impl) in s:
                 ratios[f"{impl}/{PEER[impl]}"] = s[impl]["p50_us"] / s[PEER[impl]]["p50_us"]
                 ratios[f"{impl}/{PEER[impl]} all"] = s[impl]["all_p50_us"] / s[PEER[impl]]["all_p50_us"]
-            if impl in PEER and FAMILY.get(impl) == "remote" and REMOTE_FLOOR in s:
-                ratios[f"{impl}/{REMOTE_FLOOR}"] = s[impl]["p50_us"] / s[REMOTE_FLOOR]["p50_us"]
+            if REMOTE_FLOOR.get(impl) in s:
+                ratios[f"{impl}/{REMOTE_FLOOR[impl]}"] = s[impl]["p50_us"] / s[REMOTE_FLOOR[impl]]["p50_us"]
         out[case] = {"impls": s, "ratios": ratios}
     return out
 
@@ -361,8 +377,8 @@ def table(result: dict) -> str:
             if impl in FAMILY and f"{impl}/{PEER.get(impl)}" in st["ratios"]:
                 r1 = f"{st['ratios'][f'{impl}/{PEER[impl]}']:.2f}"
             r2 = f"{rat['rc/floor']:.2f}" if "rc/floor" in rat else ""
-            if f"{impl}/{REMOTE_FLOOR}" in st["ratios"]:
-                r2 = f"{st['ratios'][f'{impl}/{REMOTE_FLOOR}']:.2f}"
+            if f"{impl}/{REMOTE_FLOOR.get(impl)}" in st["ratios"]:
+                r2 = f"{st['ratios'][f'{impl}/{REMOTE_FLOOR[impl]}']:.2f}"
             ra = f"{rat['rc/vllm all']:.2f}" if "rc/vllm all" in rat else ""
             if impl in FAMILY and f"{impl}/{PEER.get(impl)} all" in st["ratios"]:
                 ra = f"{st['ratios'][f'{impl}/{PEER[impl]} all']:.2f}"
@@ -387,6 +403,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res = run_harness(a.payload or list(COUNTS), tuple(a.readers or (1, 3)), tuple(a.impl or IMPLS), repeats=a.repeats, scale=a.scale, loader=a.vllm_loader, heap=a.heap, acks=a.acks, mode=a.mode, spin=a.ringcast_spin)
     print(table(res))
+    for v in res["verdicts"]:
+        print(f"[{'met' if v['met'] else 'MISSED'}] {v['goal']}: {v['measured']}")
     print(f"heap={res['heap']} acks={res['acks']} repeats={res['repeats']} load averages {res['loadavg']}; {res['uptime_at_end']}")
     if a.out:
         with open(a.out, "w") as f:

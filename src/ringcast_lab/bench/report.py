@@ -10,7 +10,8 @@ from .cases import BASE
 
 __all__ = ["bench_table", "bench_markdown", "write_bench_outputs"]
 
-_ORDER = ("ringcast", "ringcast-poll", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote")
+_ORDER = ("ringcast", "ringcast-poll", "arena", "vllm", "pickle", "memcpy", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote",
+          "zmq-remote", "zmq-remote-curve", "zmq-remote-aes")
 
 
 def _f(x, nd=1) -> str:
@@ -23,7 +24,7 @@ def _f(x, nd=1) -> str:
 
 def _rows(result: dict) -> tuple[list[str], list[list[str]]]:
     head = ["case", "impl", "p50 us", "p99 us", "enqueue p50 us", "enqueue faults", "reader faults", "msg/s", "reader CPU max",
-            "x slower than ringcast (p50 | p99 | thr)", "x vLLM's time (p50 | p99 | thr)", "rounds"]
+            "x slower than ringcast (p50 | p99 | thr)", "x vLLM's time (p50 | p99 | thr)", "x its floor's time (p50 | p99 | thr)", "rounds"]
     rows = []
     for cname, c in result["cases"].items():
         base = BASE.get(c["case"].get("family", "local"))
@@ -33,7 +34,7 @@ def _rows(result: dict) -> tuple[list[str], list[list[str]]]:
             cpu = st.get("reader_cpu_max")
             rows.append(
                 [cname, name, _f(st.get("p50_us")), _f(st.get("p99_us")), _f(st.get("enqueue_p50_us")), _f(st.get("enqueue_faults_mean")), _f(st.get("reader_faults_mean")), _f(st.get("msgs_per_s"), 0), "-" if cpu is None else f"{cpu * 100:.1f}%", ratio,
-                 _ratio(st.get("vs_vllm")), str(st.get("rounds"))]
+                 _ratio(st.get("vs_vllm")), _ratio(st.get("vs_floor")), str(st.get("rounds"))]
             )
     return head, rows
 
@@ -85,7 +86,8 @@ def bench_markdown(result: dict, plots: list[str], note: str | None) -> str:
         f"{'default' if result.get('ringcast_spin') is None else result['ringcast_spin']}. Values are medians over rounds; ratios are "
         "ratios of medians (other / ringcast for latency, ringcast / other for throughput: > 1 means ringcast is faster; in the "
         "remote cases over `remote`, ringcast's default). \"x vLLM's time\": a ringcast implementation over its vLLM peer (`vllm`, "
-        "remote: `vllm-remote`), latency and time per flooded message: < 1 means ringcast is faster.",
+        "remote: `vllm-remote`), latency and time per flooded message: < 1 means ringcast is faster. \"x its floor's time\": a remote "
+        "mode over ZeroMQ's own sockets with only that mode's cipher (`zmq-remote`, `zmq-remote-curve`, `zmq-remote-aes`).",
         "",
         _md_row(head),
         "|" + "|".join("---" for _ in head) + "|",

@@ -26,7 +26,7 @@ from ..stress.stats import median
 from .cases import BASE, Case, family_of, make_payload
 from .goals import evaluate_goals
 from .heap import minor_faults, warm_allocator
-from .transports import PEER, make_writer, open_reader
+from .transports import PEER, REMOTE_FLOOR, make_writer, open_reader
 
 __all__ = ["run_bench", "bench_reader_main", "summarize"]
 
@@ -335,7 +335,8 @@ def summarize(cases: list[Case], raw: dict) -> dict:
     implementation -> one dict per round), with ``vs_ringcast``: how many times the family's base
     (:data:`.cases.BASE`: ``ringcast``; remote cases: ``remote``, the default) this one's latency
     and time per flooded message are, and for a ringcast implementation ``vs_vllm``: how many
-    times its vLLM peer's (:data:`.transports.PEER`) they are."""
+    times its vLLM peer's (:data:`.transports.PEER`) they are, and for a remote mode ``vs_floor``:
+    how many times its floor's (:data:`.transports.REMOTE_FLOOR`)."""
     summary: dict[str, dict] = {}
     for case in cases:
         per = {}
@@ -347,6 +348,8 @@ def summarize(cases: list[Case], raw: dict) -> dict:
             st["vs_ringcast"] = _times(st, base)  # > 1: ringcast (remote: its default) is that many times faster
             if name in PEER and PEER[name] in per:
                 st["vs_vllm"] = _times(st, per[PEER[name]])  # < 1: this ringcast implementation is faster than vLLM's
+            if REMOTE_FLOOR.get(name) in per:
+                st["vs_floor"] = _times(st, per[REMOTE_FLOOR[name]])  # a remote mode over its floor (issue 53): >= 1
         summary[case.name] = {"case": {"payload": case.payload, "readers": case.readers, "mode": case.mode, "count": case.count, "duration": case.duration,
                                        "family": case.family}, "impls": per}
     return summary
@@ -379,7 +382,8 @@ def run_bench(
     # faulted 1.1 MiB per message, ~4x its time elsewhere). See .heap and docs/performance.md.
     warm_allocator()
     ctx = mp.get_context("spawn")
-    names = [n for n in ("ringcast", "ringcast-poll", "arena", "vllm", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote") if n in impls]
+    names = [n for n in ("ringcast", "ringcast-poll", "arena", "vllm", "zmq", "pipe", "torch", "floor", "remote", "remote-aes", "remote-insecure", "vllm-remote",
+                           "zmq-remote", "zmq-remote-curve", "zmq-remote-aes") if n in impls]
     raw: dict[str, dict[str, list]] = {c.name: {} for c in cases}
     errors: list[str] = []
     payloads: dict[str, object] = {}

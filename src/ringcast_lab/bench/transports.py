@@ -8,11 +8,11 @@ way an application would use it):
 * ``ringcast`` - :class:`ringcast.MessageQueue` (default wait policy);
 * ``arena``    - the same with a tensor arena (``tensor_arena_bytes``: 3 slots of 72 MiB), so that
   numpy arrays and CPU tensors of >= 1 MiB reach the readers as views of a shared slot;
-* ``zmq``      - pyzmq PUB/SUB over ``ipc://`` (an XPUB socket, used only to learn that every
-  subscriber is connected, so no message is lost to the slow-joiner effect); pickle protocol 5
-  with out-of-band buffers sent as extra frames, high-water marks off; ``zmq-remote`` (the second
-  harness only): the same over TCP on 127.0.0.1, the remote family's floor (no protocol, no
-  authentication, no copy at ``enqueue``: what the kernel, ZeroMQ and pickle cost on their own);
+* ``zmq``      - pyzmq PUB/SUB over ``ipc://`` (:mod:`.zmqfloor`); ``zmq-remote``, ``zmq-remote-curve``
+  and ``zmq-remote-aes``: the same over TCP on 127.0.0.1, in clear, with CurveZMQ, and with every
+  frame sealed and opened with AES-256-GCM: the floor of each remote mode (:data:`REMOTE_FLOOR`;
+  no protocol, no copy at ``enqueue``: what the kernel, ZeroMQ, pickle and the mode's cipher cost
+  on their own);
 * ``pipe``     - one ``multiprocessing.Pipe`` per reader; the writer pickles once and
   ``send_bytes`` to each;
 * ``torch``    - ``torch.distributed.broadcast_object_list`` on a gloo group (FileStore
@@ -43,13 +43,13 @@ import importlib
 import importlib.util
 import os
 import pickle
-import secrets
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ringcast.errors import RingcastError
+
+from .zmqfloor import ZMQ_NAMES, ZmqWriter, open_zmq_reader
 
 __all__ = ["TRANSPORTS", "FAMILY", "PEER", "REMOTE_FLOOR", "BenchLoaderError", "available", "load_message_queue_class", "make_writer", "open_reader",
            "queue_shape"]
@@ -58,9 +58,11 @@ _READY_TIMEOUT = 120.0
 #: the family of each implementation whose readers are not local readers of the default ring:
 #: remote (TCP on 127.0.0.1) or local on 1 MiB chunks, where a 1 MiB message overflows
 FAMILY = {"remote": "remote", "remote-aes": "remote", "remote-insecure": "remote", "vllm-remote": "remote", "zmq-remote": "remote",
+          "zmq-remote-curve": "remote", "zmq-remote-aes": "remote",
           "overflow": "overflow", "vllm-overflow": "overflow"}
-#: the remote family's floor (the second harness's only): ZeroMQ's own sockets, nothing of a queue
-REMOTE_FLOOR = "zmq-remote"
+#: the floor of each remote ringcast mode: ZeroMQ's own sockets, nothing of a queue, with only that
+#: mode's cipher work on the same bytes (issue 53: CurveZMQ's sockets for CURVE, the same AEAD for aes-gcm)
+REMOTE_FLOOR = {"remote-insecure": "zmq-remote", "remote": "zmq-remote-curve", "remote-aes": "zmq-remote-aes"}
 #: each ringcast implementation and the vLLM one it is compared with
 PEER = {"ringcast": "vllm", "ringcast-poll": "vllm", "arena": "vllm", "remote": "vllm-remote", "remote-aes": "vllm-remote", "remote-insecure": "vllm-remote", "overflow": "vllm-overflow"}
 _OVERFLOW_CHUNK = 1 << 20
@@ -208,65 +210,6 @@ class _VllmWriter(_RingcastWriter):
             mq.close()
 
 
-def _dumps_oob(obj) -> list:
-    bufs: list = []
-    main = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-    return [main, *(b.raw() for b in bufs)]
-
-
-class _ZmqWriter:
-    """``zmq`` (``ipc://``) or ``zmq-remote`` (TCP on 127.0.0.1, a port the kernel picks)."""
-
-    def __init__(self, name: str = "zmq") -> None:
-        self.name = name
-        self.path = None
-
-    def prepare(self, n: int):
-        import zmq
-
-        self.n = n
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.XPUB)
-        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        if self.name == "zmq-remote":
-            port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-            return f"tcp://127.0.0.1:{port}"
-        self.path = os.path.join(tempfile.gettempdir(), f"ringcast-bench-{os.getpid()}-{secrets.token_hex(6)}.ipc")
-        self.sock.bind(f"ipc://{self.path}")
-        return f"ipc://{self.path}"
-
-    def reader_info(self, info, i):
-        return info
-
-    def connect(self) -> None:
-        import zmq
-
-        got = 0
-        deadline = time.monotonic() + _READY_TIMEOUT
-        while got < self.n:
-            if not self.sock.poll(int(max(1, (deadline - time.monotonic()) * 1000)), zmq.POLLIN):
-                raise TimeoutError(f"zmq: only {got}/{self.n} subscribers connected")
-            if self.sock.recv()[:1] == b"\x01":
-                got += 1
-        self.sock.send(b"READY")
-
-    def send(self, obj) -> None:
-        self.sock.send_multipart(_dumps_oob(obj), copy=False)
-
-    def close(self) -> None:
-        if getattr(self, "sock", None) is not None:
-            self.sock.close()
-            self.ctx.term()
-            self.sock = None
-            if self.path is not None:
-                try:
-                    os.unlink(self.path)
-                except FileNotFoundError:
-                    pass
-
-
 class _PipeWriter:
     name = "pipe"
 
@@ -362,16 +305,17 @@ class _FloorWriter:
 
 
 TRANSPORTS = {"ringcast": _RingcastWriter, "ringcast-poll": _RingcastWriter, "arena": _RingcastWriter, "remote": _RingcastWriter, "remote-aes": _RingcastWriter, "remote-insecure": _RingcastWriter,
-              "overflow": _RingcastWriter, "zmq": _ZmqWriter, "zmq-remote": _ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
+              "overflow": _RingcastWriter, "zmq": ZmqWriter, "zmq-remote": ZmqWriter, "zmq-remote-curve": ZmqWriter, "zmq-remote-aes": ZmqWriter, "pipe": _PipeWriter, "floor": _FloorWriter, "torch": _TorchWriter,
               "vllm": _VllmWriter, "vllm-remote": _VllmWriter, "vllm-overflow": _VllmWriter}
 #: what ``ringcast bench`` runs (the overflow family is the second harness's)
-_BENCH = ("ringcast", "ringcast-poll", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor")
+_BENCH = ("ringcast", "ringcast-poll", "arena", "remote", "remote-aes", "remote-insecure", "zmq", "pipe", "floor", "zmq-remote", "zmq-remote-curve",
+          "zmq-remote-aes")
 
 
 def available(vllm_loader: str | None = None) -> dict:
     """Transports of ``ringcast bench`` usable here (without importing torch or vLLM; a
     ``vllm_loader`` is loaded)."""
-    out = {n: TRANSPORTS[n] for n in _BENCH if n != "remote-aes" or _has("cryptography")}
+    out = {n: TRANSPORTS[n] for n in _BENCH if n not in ("remote-aes", "zmq-remote-aes") or _has("cryptography")}
     if _has("torch"):
         out["torch"] = _TorchWriter
     if vllm_loader is not None:
@@ -389,8 +333,8 @@ def make_writer(name: str, spin: float | None = None, vllm_loader: str | None = 
         return _VllmWriter(spin, vllm_loader, name)
     if cls is _RingcastWriter:
         return _RingcastWriter(spin, name)
-    if cls is _ZmqWriter:
-        return _ZmqWriter(name)
+    if cls is ZmqWriter:
+        return ZmqWriter(name)
     return cls()
 
 
@@ -437,27 +381,8 @@ def open_reader(name: str, info, index: int):
 
         r = FloorReader(*info, index)
         return r.recv, r.close
-    if name in ("zmq", "zmq-remote"):
-        import zmq
-
-        ctx = zmq.Context()
-        s = ctx.socket(zmq.SUB)
-        s.setsockopt(zmq.RCVHWM, 0)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.SUBSCRIBE, b"")
-        s.connect(info)
-        if s.recv() != b"READY":
-            raise RuntimeError("zmq: expected READY")
-
-        def recv():
-            frames = s.recv_multipart(copy=False)
-            return pickle.loads(frames[0].buffer, buffers=[f.buffer for f in frames[1:]])
-
-        def close():
-            s.close()
-            ctx.term()
-
-        return recv, close
+    if name in ZMQ_NAMES:
+        return open_zmq_reader(name, info)
     if name == "pipe":
         conn = info
 
