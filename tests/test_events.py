@@ -125,21 +125,32 @@ def test_shutdown_makes_both_descriptors_readable_and_the_calls_raise(pair):
         asyncio.run(w.enqueue_async(5))
 
 
+def _links() -> dict:
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
 def test_close_leaves_the_descriptor_readable_until_the_queue_is_collected():
     p = Group(n_reader=1)
     w, (r,) = p.w, p.rs
-    before = len(os.listdir("/proc/self/fd"))
-    fd = r.fileno()  # an epoll set, a pipe (two ends), the writer's pidfd
-    assert len(os.listdir("/proc/self/fd")) == before + 4
+    before = _links()
+    fd = r.fileno()
+    new = sorted(v for k, v in _links().items() if before.get(k) != v)
+    assert len(new) == 4 and sum(v.startswith("pipe:") for v in new) == 2, new  # epoll set, pipe, the writer's pidfd
     r.close()
     assert readable(fd)
     with pytest.raises(ClosedError):
         r.dequeue_nowait()
-    closed = len(os.listdir("/proc/self/fd"))  # the queue's sockets and mapping released, the descriptor kept
+    assert all(v in _links().values() for v in new if v.startswith("pipe:"))  # kept open by close()
     p.rs = []
     del r
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == closed - 4  # the four went with the object
+    assert not any(v in _links().values() for v in new if v.startswith("pipe:"))  # gone with the object
     w.close()
 
 
@@ -377,3 +388,28 @@ def test_a_message_sent_before_the_writer_died_is_delivered_then_the_death_is_na
         q.close()
     finally:
         _kill(p)
+
+
+def test_the_writer_signals_only_readers_that_wait_on_a_descriptor():
+    """NotifySignal costs the writer a system call per message only for a reader that armed its
+    poll flag (found nothing and went back to its loop): none without a descriptor, none while the
+    reader is busy (its flag was spent by the last signal), one per message it waited for."""
+    p = Group(n_reader=2, chunks=8)
+    try:
+        w, (r0, r1) = p.w, p.rs
+        for k in range(3):
+            w.enqueue(k)
+        assert w.statistics().signals == 0  # nobody has a descriptor
+        fd = r0.fileno()  # r0 has a message: ready, not armed
+        w.enqueue(3)
+        assert w.statistics().signals == 0
+        assert [r0.dequeue_nowait() for _ in range(4)] == [0, 1, 2, 3]
+        assert r0.dequeue_nowait() is NOTHING  # armed
+        w.enqueue(4)
+        w.enqueue(5)  # the flag was spent on 4
+        assert w.statistics().signals == 1 and readable(fd)
+        for _ in range(6):
+            r1.dequeue()
+        assert w.statistics().signals == 1
+    finally:
+        p.close()

@@ -29,7 +29,8 @@ class QueueStatistics:
     messages/bytes/overflows count what this side wrote (writer) or read (reader); ``bytes`` is
     the serialized size. ``waits`` counts operations that found the ring not ready; ``spins`` the
     ``sched_yield`` calls; ``parks`` the kernel sleeps; ``wakeups`` the futex wakes this side
-    issued; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
+    issued; ``signals`` the descriptors of pollers (readers or writer waiting in an event loop,
+    ``fileno()``) this side signalled, a system call each; ``recheck_hits`` capped sleeps whose own re-check found work nobody woke us for
     (should be 0); ``timeouts`` operations that raised a timeout; ``evictions`` dead readers the
     writer evicted (``evict_dead_readers=True``). With a tensor arena (``tensor_arena_bytes``):
     ``arena_hits`` buffers the writer placed in slots / the reader received as views;
@@ -49,6 +50,7 @@ class QueueStatistics:
     recheck_hits: int
     timeouts: int
     evictions: int = 0
+    signals: int = 0
     arena_hits: int = 0
     arena_fallbacks: int = 0
     arena_reclaimed: int = 0
@@ -177,6 +179,7 @@ class QueueRole:
             recheck_hits=c.recheck_hits,
             timeouts=c.timeouts,
             evictions=c.evictions,
+            signals=c.signals,
             **(a.statistics() if (a := self._arena or self._unpickler.arena) else {}),
         )
 

@@ -68,7 +68,7 @@ from . import steps as _steps  # noqa: F401 - checks that the C extensions are b
 
 __all__ = ["WaitPolicy", "Counters", "Cancel", "DEFAULT_SPIN", "SPIN_MAX_FACTOR"]
 
-#: Mutable counters of one queue side (waits, spins, parks, wakeups, recheck_hits, timeouts,
+#: Mutable counters of one queue side (waits, spins, parks, wakeups, signals, recheck_hits, timeouts,
 #: evictions): the core bumps them in place, ``MessageQueue.statistics()`` snapshots them.
 Counters = _protocol.Counters
 #: A queue object's cancel request: ``set()``, ``is_set()``, true once set.

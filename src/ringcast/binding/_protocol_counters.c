@@ -2,7 +2,7 @@
  * ringcast._protocol binding (included by _protocol.c):
  *
  * - Counters: the core's rc_counters (waits, spins, parks, wakeups, recheck_hits, timeouts,
- *   evictions), which the core bumps in place; MessageQueue.statistics() snapshots them.
+ *   evictions, signals), which the core bumps in place; MessageQueue.statistics() snapshots them.
  * - Cancel: the cancel request of a queue object (rc_cancel). set() (any thread) makes every
  *   current and later wait of the endpoints built with it raise Cancelled, and wakes those that
  *   sleep: each endpoint registers itself at construction; a closed ring is skipped (the wake
@@ -22,6 +22,7 @@ static PyMemberDef counters_members[] = {
     {"recheck_hits", T_ULONGLONG, offsetof(CountersObject, c.recheck_hits), 0, "lost wake-ups the recheck cap recovered"},
     {"timeouts", T_ULONGLONG, offsetof(CountersObject, c.timeouts), 0, "waits that timed out"},
     {"evictions", T_ULONGLONG, offsetof(CountersObject, c.evictions), 0, "dead readers the writer evicted"},
+    {"signals", T_ULONGLONG, offsetof(CountersObject, c.signals), 0, "descriptor signals sent (NotifySignal)"},
     {NULL},
 };
 

@@ -121,6 +121,7 @@ typedef struct rc_policy {
 /* A side's counters (MessageQueue.statistics()). */
 typedef struct rc_counters {
     uint64_t waits, spins, parks, wakeups, recheck_hits, timeouts, evictions;
+    uint64_t signals; /* NotifySignal's signals sent (one write per armed poller) */
 } rc_counters;
 
 /* The cancel request of a queue object: set from any thread (rc_cancel_set), seen by every wait

@@ -87,6 +87,7 @@ notify_signal(const rc_side *s, uint8_t *base)
             continue;
         rc_rmw_add_u32(pollers_of(L, base, who), (uint32_t)-1);
         int sr = s->io->signal(s->io->ctx, who); /* every armed poller is signalled, even after an error */
+        s->counters->signals++;
         if (rc == RC_OK)
             rc = sr;
     }
