@@ -66,12 +66,12 @@ def _ask(facts):
     return sol.model() if res == z3.sat else None
 
 
-def find_cti(cfg: Config, sizes=SIZES, big=True, crash=True):
+def find_cti(cfg: Config, sizes=SIZES):
     """The first counterexample to induction of cfg at the given sizes (Big, CrashSet: any
-    subsets, or empty where False), or None."""
+    subsets, or empty where cfg says so), or None."""
     for n, nr, m in sizes:
         with ground(n, nr, m):
-            prm = small_params(n, nr, m, big, crash)
+            prm = small_params(n, nr, m, cfg.big, cfg.crash)
             s = fresh_state("s")
             r = z3.Int("r")
             inv = ind_inv(cfg, prm, s)
@@ -98,8 +98,7 @@ def bad_variants(spec=None) -> list[str]:
 def bad_variant(name: str, spec=None):
     """A bad variant's counterexample to induction (a Finding), or None; the variant is the
     manifest model's configuration (its sizes aside: the search tries ``SIZES``)."""
-    cfg, _, _, _, big, crash, _ = from_manifest(name, spec)
-    return find_cti(cfg, big=bool(big), crash=bool(crash))
+    return find_cti(from_manifest(name, spec)[0])
 
 
 def nonvacuity(cfg: Config, sizes=WITNESS_SIZES):
@@ -107,7 +106,7 @@ def nonvacuity(cfg: Config, sizes=WITNESS_SIZES):
     IndInv state (at the given sizes)."""
     out = []
     with ground(*sizes):
-        prm = small_params(*sizes)
+        prm = small_params(*sizes, cfg.big, cfg.crash)
         s = fresh_state("s")
         r = z3.Int("r")
         t0 = time.perf_counter()

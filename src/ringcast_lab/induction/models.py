@@ -48,8 +48,9 @@ def from_manifest(name: str, spec=None):
     if _outside(model):
         raise ValueError(f"{name}: outside ring.py's scope: {_outside(model)}")
     consts = model["config"]["constants"]
-    cfg = Config(**{field: _value(consts[c]) for c, field in _SWITCHES.items()})
-    return (cfg, *(_value(consts[c]) for c in ("N", "NR", "M", "Big", "CrashSet")), model["distinct"])
+    big, crash = _value(consts["Big"]), _value(consts["CrashSet"])
+    cfg = Config(**{field: _value(consts[c]) for c, field in _SWITCHES.items()}, big=bool(big), crash=bool(crash))
+    return (cfg, *(_value(consts[c]) for c in ("N", "NR", "M")), big, crash, model["distinct"])
 
 
 def in_scope(expect: str, spec=None) -> list[str]:

@@ -61,6 +61,8 @@ class Config:
     evict: bool = True
     evict_skips_flag: bool = True
     recv_int: str = "none"  # "none" | "unsafe"
+    big: bool = True  # Big may be any set of messages (False: Big = {}, no overflow)
+    crash: bool = True  # CrashSet may be any set of readers (False: CrashSet = {})
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -103,9 +105,12 @@ class Params:
                       z3.ForAll([n], z3.Implies(self.CrashSet[n], z3.And(0 <= n, n < self.NR))))
 
 
-def symbolic_params() -> Params:
+def symbolic_params(cfg: Config | None = None) -> Params:
+    """Symbolic sizes; Big and CrashSet symbolic sets, or empty where cfg says so."""
+    empty = z3.K(I, z3.BoolVal(False))
     return Params(z3.Int("N"), z3.Int("NR"), z3.Int("M"),
-                  z3.Array("Big", I, B), z3.Array("CrashSet", I, B))
+                  z3.Array("Big", I, B) if cfg is None or cfg.big else empty,
+                  z3.Array("CrashSet", I, B) if cfg is None or cfg.crash else empty)
 
 
 def small_params(n: int, nr: int, m: int, big: bool = True, crash: bool = True) -> Params:
