@@ -234,3 +234,54 @@ def arena_machine(pool: Pool, *, reader: str = "correct", writer: str = "correct
 
     ArenaMachine.__name__ = f"ArenaMachine_{reader}_{writer}"
     return ArenaMachine
+
+
+def poll_machine(pool: Pool, *, variant: str = "correct", modes=None, max_chunks=st.integers(1, 2), mcb: int = 64,
+                 shutdown: bool = True):
+    """Readers that wait in an event loop (poll_run.PollRun): 1-2 local readers, each blocking,
+    poll-driven or asyncio (``modes``: a strategy of such lists; by default at least one waits in
+    a loop), the writer spinning or parking; the queue machine's steps, bursts and shutdown, plus
+    ``cancel``: the step of a process at PollWait / LoopTurn with its await cancelled (an
+    asyncio reader's task) or its poll timed out, and ``cancel_sleeper``: an asyncio reader's task
+    cancelled from another thread while its loop sleeps. ``variant``: every poller's
+    (variants.POLL_READERS). The invariants also include NoLostPoll (poll_run.PollModel)."""
+    from .poll_run import WAITS, PollRun
+    from .test_parking import PARK
+
+    kinds = st.sampled_from(["poll", "async", "block"])
+    if modes is None:
+        modes = st.lists(kinds, min_size=1, max_size=2).filter(lambda ms: set(ms) != {"block"})
+
+    class PollMachine(Machine):
+        @initialize(modes=modes, max_chunks=max_chunks, objs=queue_objects(mcb), parking=st.booleans())
+        def setup(self, modes, max_chunks, objs, parking):
+            self.run = PollRun(pool, modes=modes, variant=variant, objs=objs, max_chunk_bytes=mcb, max_chunks=max_chunks,
+                               **(PARK if parking else {}))
+
+        @precondition(lambda self: self.run is not None and self.run.runnable())
+        @rule(k=st.integers(0, 3))
+        def cancel(self, k):
+            """Process k's next step, with its await cancelled (its poll timed out) if it is at
+            PollWait or LoopTurn."""
+            pr = pick(self.run, k)
+            if pr.pending is not None and not pr.sleeping:
+                self._do(self.run.step, pr, False, pr.action in WAITS)
+
+        @precondition(lambda self: self.run is not None and self.run.sleepers("async"))
+        @rule(k=st.integers(0, 3))
+        def cancel_sleeper(self, k):
+            """An asyncio reader's task cancelled from another thread while its loop sleeps."""
+            cands = self.run.sleepers("async")
+            self._do(self.run.cancel_from_thread, cands[k % len(cands)])
+
+        if shutdown:
+            @precondition(lambda self: self.run is not None and self.run.runnable() and not self.run.cancelled)
+            @rule(k=st.integers(0, 3))
+            def shutdown_one(self, k):
+                """MessageQueue.shutdown() in process k, then a step."""
+                self._go(k, 1, shutdown=True)
+
+        NoLostPoll = _invariant("NoLostPoll")
+
+    PollMachine.__name__ = f"PollMachine_{variant}"
+    return PollMachine

@@ -51,7 +51,7 @@ class QueueRun(RunBase):
         #: the trace: ``(action, process)`` of every step, appended when the model takes it (a
         #: blocking ParkSleep when its sleeper wakes up), as ringcast_lab.trace.tracecheck takes it
         self.records: list[tuple[str, int]] = []
-        self.model = RingModel(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=1, parking=True)
+        self.model = self.new_model(max_chunks, max(n_local, 1), self.M, order=ORDER_QUEUE, payload_parts=1, parking=True)
         self.model.NR = self.model.Wr = n_local  # no local readers: the model has nothing to check on the ring
         if n_local == 0:
             self.model.pc = ["claim"]
@@ -68,7 +68,8 @@ class QueueRun(RunBase):
         try:
             try:
                 start_queue(self.writer.worker, [pr.worker for pr in self.procs[:-1]], self.objs, n_local, max_chunk_bytes,
-                            max_chunks, wopts, lambda r: local if r < n_local else remote, self._attach)
+                            max_chunks, wopts, lambda r: {**local, **self.local_opts(r)} if r < n_local else remote,
+                            self._attach)
             except ChildError as e:
                 self.fail("worker error", str(e))
             for pr in self.procs:
@@ -81,6 +82,14 @@ class QueueRun(RunBase):
         except BaseException:
             self.close()
             raise
+
+    def new_model(self, *args, **kw) -> RingModel:
+        """The run's spec model (poll_run.py: one that knows the descriptor wait)."""
+        return RingModel(*args, **kw)
+
+    def local_opts(self, r: int) -> dict:
+        """Extra setup options of local reader ``r``'s program (poll_run.py: how it waits)."""
+        return {}
 
     def _attach(self, handle) -> None:
         """The harness maps the queue's segments (before the readers attach: then they are unlinked)."""
@@ -165,13 +174,17 @@ class QueueRun(RunBase):
             return
         self._absorb(pr, pr.worker.recv())
         if action == "ReaderRecvOverflow":
-            extra = any(ev[0] == "delivered" for ev in pr.events)
+            extra = self._received(pr)
         self._take(pr, action, index, extra)
         if action == "ParkSnapshot" and self.ring is not None:
             self.snap[pr.p] = self._u32(WORDS[m.word[pr.p]][0])  # what it loaded: nobody bumps the word in between
         self._events(pr)
         self._check_pending(pr)
         self._after_step()
+
+    def _received(self, pr: Proc) -> bool:
+        """Did ``pr``'s ReaderRecvOverflow just taken get the payload (else it stays owed)?"""
+        return any(ev[0] == "delivered" for ev in pr.events)
 
     def _take(self, pr: Proc, action: str, index: int, extra=None) -> None:
         """The model takes the step ``pr`` has executed; it goes into the trace."""
@@ -200,8 +213,9 @@ class QueueRun(RunBase):
         if not self.cancelled and not m.shutdown_req:
             super().drain(max_steps)
             for pr in self.sleeping():
-                self.fail("Liveness", f"lost wake-up: {pr.name} sleeps in futex_wait at chunk {pr.pending[1]} and "
-                           "nobody is left to wake it")
+                where = "on its descriptor" if pr.pending[0] == "PollWait" else "in futex_wait"
+                self.fail("Liveness", f"lost wake-up: {pr.name} sleeps {where} at chunk {pr.pending[1]} and nobody is "
+                           f"left to wake it (it has delivered {len(self.got.get(pr.p, []))} of {self.M} messages)")
             return
         # After a shutdown some processes can never finish (a writer waiting for a cancelled
         # reader, readers waiting for a cancelled writer): run fairly for a bounded time, then
@@ -218,7 +232,7 @@ class QueueRun(RunBase):
             if pr.p == m.Wr:
                 ok = action in ("WriterClaim", "ParkSnapshot", "ParkSleep") and not m.claimable()
             else:
-                ok = (action in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep")
+                ok = (action in ("ReaderLoadWritten", "ReaderLoadReadFlag", "ParkSnapshot", "ParkSleep", "PollWait")
                       and not (m.written[c] == 1 and m.rflag[c][pr.p] == 0))
             if not ok:
                 self.fail("Liveness", f"after shutdown {pr.name} {'sleeps' if pr.sleeping else 'still runs'} ({action}) "

@@ -110,3 +110,54 @@ class NoReclaimWriter(ArenaWriter):
 
 ARENA_WRITERS = {"correct": ArenaWriter, "no_reclaim": NoReclaimWriter}
 ARENA_READERS = {"correct": ArenaReader, "release_at_dequeue": ReleaseAtDequeueReader}
+
+
+class PollReader:
+    """How a reader that waits in an event loop (poll_run.py) uses the queue: ``endpoint`` is the
+    ReaderEndpoint class its MessageQueue builds (None: the production one; worker.py swaps it
+    in while the queue is built), ``take(mq)`` the coroutine an asyncio reader's task runs
+    (``mq.dequeue_async()``)."""
+
+    endpoint = None
+
+    async def take(self, mq):
+        return await mq.dequeue_async()
+
+
+class NoRecheckEndpoint(ReaderEndpoint):
+    """A reader endpoint whose descriptor-wait round (``poll(arm=True)``, core/rc_poll.c) goes by
+    the verdict of a look taken before it: the round it then runs (look, PollArm, PollRecheck,
+    look) is not heeded."""
+
+    def poll(self, arm: bool, check: bool) -> bool:
+        if not arm:
+            return super().poll(arm, check)
+        if super().poll(False, check):  # its look: ready
+            return True
+        super().poll(True, check)  # arms and re-checks, but the look decided
+        return False
+
+
+class NoRecheckPoller(PollReader):
+    """Goes to sleep on its descriptor on the verdict of its look before arming
+    (:class:`NoRecheckEndpoint`): a message published between that look and the arm is never
+    signalled (the notifier's NotifyLoadWaiters saw no armed poller) and the descriptor stays
+    dark. The descriptor wait without its re-check, the waiting model's must-fail twin (issue 51)."""
+
+    endpoint = NoRecheckEndpoint
+
+
+class AwaitAfterTakeReader(PollReader):
+    """Awaits once more after the take (``await asyncio.sleep(0)`` before handing the message
+    over, a yield to the loop): a cancellation that lands there loses the message it took, the
+    failure dequeue_async is built to exclude (its only await is before the take)."""
+
+    async def take(self, mq):
+        import asyncio
+
+        obj = await mq.dequeue_async()
+        await asyncio.sleep(0)
+        return obj
+
+
+POLL_READERS = {"correct": PollReader(), "no_recheck": NoRecheckPoller(), "await_after_take": AwaitAfterTakeReader()}
