@@ -257,9 +257,11 @@ class _Group:
             out.update(_lat_stats([x for r in res for x in r["lat"]]))
             rflt = [x for r in res for x in r["faults"]]
             out["reader_faults_mean"] = sum(rflt) / len(rflt) if rflt else None
+            out["reader_faults_p50"] = sorted(rflt)[len(rflt) // 2] if rflt else None
             if enq:
                 out["enqueue_p50_us"] = _lat_stats(enq)["p50_us"]
                 out["enqueue_faults_mean"] = sum(flt) / len(flt)
+                out["enqueue_faults_p50"] = sorted(flt)[len(flt) // 2]
         elif case.mode == "flood":
             last = max(r["t_last"] or t0 for r in res)
             if any(r["count"] != case.count for r in res):
@@ -327,7 +329,8 @@ def _memcpy_batch(case: Case, payload) -> dict:
 
 
 _BASELINES = {"pickle": _pickle_batch, "memcpy": _memcpy_batch}
-_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "enqueue_faults_mean", "reader_faults_mean", "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
+_METRICS = ("p50_us", "p99_us", "enqueue_p50_us", "enqueue_faults_mean", "reader_faults_mean", "enqueue_faults_p50", "reader_faults_p50",
+            "msgs_per_s", "reader_cpu_max", "reader_cpu_mean")
 
 
 def summarize(cases: list[Case], raw: dict) -> dict:
