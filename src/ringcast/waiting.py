@@ -63,8 +63,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import _protocol
-from . import steps as _steps  # noqa: F401 - checks that the C extensions are built
+from . import steps as _steps  # noqa: F401 - first: its import checks that the C extensions are built, with the fix in the message
+from . import _protocol  # noqa: I001
 
 __all__ = ["WaitPolicy", "Counters", "Cancel", "DEFAULT_SPIN", "SPIN_MAX_FACTOR"]
 
