@@ -245,8 +245,8 @@ class Worker(Child):
         self.endpoint = None
         super().cleanup()
         for d in _DESCRIPTORS:
-            # a collected queue closes its epoll set but not the wake pipe's two ends nor the
-            # pidfds (ringcast.pollers.Descriptor has no finalizer), and this worker lives on
+            # kept until now (_trace_descriptors): closed here, not whenever gc collects the
+            # queue (its finalizer would), since this worker lives on to the next run
             d.close()
         _DESCRIPTORS.clear()
         if ar is not None and ar.held:  # a release interrupted in its hook never ran: unmap anyway
