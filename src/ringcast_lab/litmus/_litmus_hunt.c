@@ -22,6 +22,8 @@ struct hunt_result {
 
 static pid_t hunt_child;
 
+#define FORCE_PARK 64 /* one round in this many publishes only once the waiter has announced */
+
 static int
 hunt_child_alive(void)
 {
@@ -118,6 +120,13 @@ futex_hunt(int ctl, uint64_t iterations, double budget_s, double sleep_timeout_s
         rng ^= rng << 5;
         for (volatile uint32_t d = lag + rng % 8; d > 0; d--)
             ;
+        /* Every FORCE_PARK-th round the publish waits for the waiter's announce, so that the sleep
+         * and the wake are exercised however the machine is loaded (a loaded machine deschedules
+         * the waiter at the barrier, every round then yields and `lag` never learns: the hunt could
+         * run 50,000 rounds without one sleep, and its test's verdict hung on the load). */
+        if (gen % (2 * FORCE_PARK) == 1)
+            while (!__atomic_load_n(&h->waiters, __ATOMIC_ACQUIRE) && hunt_child_alive() && now_s() < deadline + GRACE_S)
+                sched_yield();
         st(&h->flag, 1); /* the publishing store */
         uint32_t n = notify_load_waiters(&h->waiters, ctl ? P_F6N : P_NONE);
         if (n) {
