@@ -29,7 +29,10 @@
 (*     dead (FalseSuspect; EvictCheck: the reader checks its eviction      *)
 (*     before it returns a copy, as ReaderEndpoint.receive does; F8),     *)
 (*   - load buffering at the claim (LoadBuffering, F1), the overflow       *)
-(*     receive interrupted (RecvInt) and remote readers (Remote).          *)
+(*     receive interrupted (RecvInt) and remote readers (Remote),          *)
+(*   - the descriptor wait (Pollers, RecheckPoll, PollCountFirst;        *)
+(*     core/rc_poll.c): readers that wait in an event loop on a descriptor *)
+(*     the writer signals.                                                 *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -95,10 +98,18 @@ CONSTANTS
                     \*   the old marker) | "seq" (markers and payloads carry
                     \*   the message's number; a payload whose number is not
                     \*   the marker's is refused: the reader raises, "refused")
-    Remote          \* remote (TCP) readers: "none" | "owed" (the send after
+    Remote,         \* remote (TCP) readers: "none" | "owed" (the send after
                     \*   publish, Order's "remote" step; an exception there
                     \*   leaves it owed, the next publish sends it first) |
                     \*   "unowed" (an exception there loses it: before 37)
+    Pollers,        \* readers that wait on a descriptor in an event loop
+                    \*   (core/rc_poll.c's descriptor wait) instead of parking
+                    \*   on the eventcount; with Parking (the writer notifies)
+    RecheckPoll,    \* a poller looks again after arming (PollRecheck)
+    PollCountFirst  \* PollArm increments the armed pollers' count before it
+                    \*   sets its flag (and undoes the increment if the flag
+                    \*   was set); FALSE: the flag first, then the count if
+                    \*   the flag was 0 (core/rc_poll.c as of 9ca9df0)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -128,6 +139,8 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ ("remote" \in {Order[k] : k \in 1 .. Len(Order)}) <=> Remote # "none"
        /\ CloseSet \subseteq Readers
        /\ FalseSuspect \subseteq Readers /\ (FalseSuspect # {} => Evict)
+       /\ Pollers \subseteq Readers /\ RecheckPoll \in BOOLEAN /\ PollCountFirst \in BOOLEAN
+       /\ Pollers # {} => Parking /\ ~Spin
 
 (* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
 WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
@@ -205,15 +218,22 @@ VARIABLES
                \*   marker the reader copied (0: none)
     rsent,     \* Seq(Msgs): what the writer sent its remote readers (TCP,
                \*   reliable and in order: what each remote reader receives)
-    rowed      \* with Remote = "owed": a published message whose remote
+    rowed,     \* with Remote = "owed": a published message whose remote
                \*   send an exception cut short (0: none)
+    pflag,     \* [Readers -> {0,1}] memory: reader r's poll flag (1: armed;
+               \*   only RMWs touch it: seq_cst exchanges)
+    pcount,    \* memory: the armed pollers' count reader_pollers (kept by
+               \*   whoever flips a flag; it may wrap below 0 for a moment)
+    desc       \* [Readers -> BOOLEAN] reader r's descriptor is readable (its
+               \*   wake pipe holds a byte: signalled since its last drain)
 
 amem   == <<aw, arel, adata, evw>>
 mem    == <<written, rflag, data, amem>>
 wvars  == <<w, msg, wk, wr>>
 rvars  == <<i, seen, mk, win, ncopied>>
 hvars  == <<recv, sent>>
-evars  == <<waiters, moved, annc, rechk>>
+pvars  == <<pflag, pcount, desc>>
+evars  == <<waiters, moved, annc, rechk, pvars>>
 xvars  == <<alive, evicted, dropped>>
 avars  == <<aslot, mslot, views, vbad, cp, apend>>
 nvars  == <<cpend, mkn, rsent, rowed>>
@@ -281,7 +301,7 @@ WinAdd(c, v) ==
     THEN win' = [r \in Readers |->
                    IF /\ i[r] = c
                       /\ \/ pc[r] \in {"load_r", "copy", "copy_chk"}
-                         \/ pc[r] = "park_retire" /\ rechk[r]
+                         \/ pc[r] \in {"park_retire", "poll_disarm"} /\ rechk[r]
                    THEN win[r] \cup {v} ELSE win[r]]
     ELSE UNCHANGED win
 
@@ -315,12 +335,18 @@ DrainStore(p) ==
         /\ sb' = [sb EXCEPT ![p] = RemoveAt(@, k)]
         /\ UNCHANGED <<pc, wvars, i, seen, mk, ncopied, hvars, fifo, evars>>
 
-\* Hardware: p's ParkAnnounce increment becomes visible (LateAnnc only).
+\* Hardware: p's ParkAnnounce increment (a poller's: PollArm's second RMW,
+\* the count's increment or, with PollCountFirst, the flag's set) becomes
+\* visible (LateAnnc only).
 DrainAnnounce(p) ==
     /\ annc[p]
     /\ annc' = [annc EXCEPT ![p] = FALSE]
-    /\ waiters' = [waiters EXCEPT ![EC(p)] = @ + 1]
-    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved, rechk>>
+    /\ IF p \notin Pollers
+       THEN waiters' = [waiters EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED <<pcount, pflag>>
+       ELSE IF PollCountFirst
+       THEN pflag' = [pflag EXCEPT ![p] = 1] /\ UNCHANGED <<waiters, pcount>>
+       ELSE pcount' = pcount + 1 /\ UNCHANGED <<waiters, pflag>>
+    /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved, rechk, desc>>
 
 Drain(p) == DrainStore(p) \/ DrainAnnounce(p)
 
@@ -383,7 +409,7 @@ WriterClaim ==
        ELSE /\ Parking        \* without parking the writer keeps spinning here
             /\ pc' = [pc EXCEPT ![Wr] = "park_snap"]
             /\ UNCHANGED <<wk, wr, rechk>>
-    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc, pvars>>
 
 \* LateRingClaim (RELAXED, LoadBuffering, no F1): the claim's flag loads have
 \* not returned when the writer goes on with its stores (load buffering: the
@@ -612,9 +638,12 @@ ReaderLoadWritten(r) ==
 ReaderLoadReadFlag(r) ==
     /\ pc[r] = "load_r"
     /\ LET f == Load(r, RAddr(i[r], r)) IN
-       IF rechk[r]          \* ParkRecheck's second load: retire (and go on), or sleep
-       THEN /\ pc' = [pc EXCEPT ![r] = IF seen[r] = 1 /\ f = 0 THEN "park_retire"
-                                                             ELSE "park_sleep"]
+       IF rechk[r]          \* ParkRecheck's (PollRecheck's) second load: retire
+                            \* (disarm) and go on, or sleep
+       THEN /\ pc' = [pc EXCEPT ![r] =
+                        IF r \in Pollers
+                        THEN IF seen[r] = 1 /\ f = 0 THEN "poll_disarm" ELSE "poll_sleep"
+                        ELSE IF seen[r] = 1 /\ f = 0 THEN "park_retire" ELSE "park_sleep"]
             /\ rechk' = [rechk EXCEPT ![r] = seen[r] = 1 /\ f = 0]
             /\ UNCHANGED i
        ELSE /\ UNCHANGED rechk
@@ -624,11 +653,12 @@ ReaderLoadReadFlag(r) ==
                THEN /\ i'  = [i EXCEPT ![r] = (@ + 1) % N]  \* broken: skip chunk
                     /\ pc' = [pc EXCEPT ![r] = "load_w"]
                ELSE /\ \E nxt \in IF ~Parking THEN {"load_w"}
+                                   ELSE IF r \in Pollers THEN {"poll_drain"}
                                    ELSE IF Spin THEN {"park_snap", "load_w"}
                                    ELSE {"park_snap"} :
                           pc' = [pc EXCEPT ![r] = nxt]
                     /\ UNCHANGED i
-    /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, waiters, moved, annc>>
+    /\ UNCHANGED <<mem, sb, wvars, seen, mk, win, ncopied, hvars, fifo, waiters, moved, annc, pvars>>
 
 \* Deliver a copied payload value (an overflow marker delivers later).  A
 \* message whose buffer is in an arena slot becomes a view of that slot: the
@@ -757,7 +787,7 @@ ParkSnapshot(p) ==
     /\ ~OnIdleDue(p)
     /\ moved' = [moved EXCEPT ![p] = FALSE]          \* s := seq
     /\ pc' = [pc EXCEPT ![p] = "park_announce"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk, pvars>>
 
 \* core/rc_wait.c::rc_park_announce
 ParkAnnounce(p) ==
@@ -767,7 +797,7 @@ ParkAnnounce(p) ==
        THEN annc' = [annc EXCEPT ![p] = TRUE] /\ UNCHANGED waiters
        ELSE waiters' = [waiters EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED annc
     /\ pc' = [pc EXCEPT ![p] = IF Recheck THEN "park_recheck" ELSE "park_sleep"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, rechk>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, moved, rechk, pvars>>
 
 \* The re-check is the side's own ring load steps (the code calls its
 \* ready(): WriterClaim, or ReaderLoadWritten then ReaderLoadReadFlag, and
@@ -781,7 +811,7 @@ ParkRecheck(p) ==
     /\ MM = "RELAXED" /\ F6W => ~annc[p]
     /\ rechk' = [rechk EXCEPT ![p] = TRUE]
     /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc>>
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, pvars>>
 
 \* core/rc_wait.c::rc_park_sleep
 ParkSleep(p) ==
@@ -821,29 +851,151 @@ ParkRetire(p) ==
             /\ UNCHANGED <<wk, wr>>
     /\ rechk' = [rechk EXCEPT ![p] = FALSE]
     /\ moved' = [moved EXCEPT ![p] = FALSE]      \* normalisation only
-    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc, pvars>>
 
+\* After the same fence rc_notify loads the armed pollers' count too (the
+\* descriptor wait: the writer's, of reader_pollers; a reader's of
+\* writer_pollers, 0 here: the writer does not poll in this model); the two
+\* loads are one step.
 \* core/rc_wait.c::rc_notify_load_waiters
 NotifyLoadWaiters(p) ==
     /\ pc[p] = "notify_load"
     /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
-    /\ pc' = [pc EXCEPT ![p] = IF waiters[NEC(p)] > 0 THEN "notify_wake"
-                                ELSE AfterNotify(p)]
+    /\ LET sig == p = Wr /\ pcount # 0 IN
+       pc' = [pc EXCEPT ![p] = IF waiters[NEC(p)] > 0
+                               THEN IF sig THEN "notify_wake_poll" ELSE "notify_wake"
+                               ELSE IF sig THEN "notify_signal" ELSE AfterNotify(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
 \* core/rc_wait.c::rc_notify_wake
 NotifyWake(p) ==
-    /\ pc[p] = "notify_wake"
+    /\ pc[p] \in {"notify_wake", "notify_wake_poll"}
     \* seq += 1 on the other side's word; futex wake all.  (moved is
     \* normalised to FALSE for processes that are not between ParkSnapshot
     \* and ParkRetire: it is unused there.)
     /\ moved' = [q \in Procs |->
-                   IF EC(q) = NEC(p)
+                   IF EC(q) = NEC(p) /\ q \notin Pollers
                    THEN \/ pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
                         \/ rechk[q] /\ pc[q] # "park_retire"
                    ELSE moved[q]]
-    /\ pc' = [pc EXCEPT ![p] = AfterNotify(p)]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk>>
+    /\ pc' = [pc EXCEPT ![p] = IF pc[p] = "notify_wake_poll" THEN "notify_signal"
+                                ELSE AfterNotify(p)]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, annc, rechk, pvars>>
+
+-----------------------------------------------------------------------------
+(********************** descriptor wait (core/rc_poll.c) ********************)
+(* A reader of Pollers waits in an event loop, not on the eventcount: after *)
+(* a failed look it drains its descriptor (PollDrain), arms its poll flag   *)
+(* (PollArm: flag := 1 by an exchange, and if it was 0 the armed pollers'   *)
+(* count += 1, two RMWs; then F6W), looks again (PollRecheck: the look's    *)
+(* own load steps, flagged by rechk) and, not ready, sleeps until its       *)
+(* descriptor is readable (PollWake); ready, it disarms (PollDisarm) and    *)
+(* copies.  The writer's notify loads the count after F6N (in               *)
+(* NotifyLoadWaiters) and, if it is not 0, clears each armed flag by an     *)
+(* exchange, decrements the count and signals that reader's descriptor      *)
+(* (NotifySignal, one reader per step).  No lost wake-up: NoLostPoll.       *)
+(* RELAXED without F6W: the count's increment may become visible after the  *)
+(* re-check's loads (annc, DrainAnnounce), as ParkAnnounce's.               *)
+
+AfterArm == IF RecheckPoll THEN "poll_recheck" ELSE "poll_sleep"
+
+\* The next round drains the descriptor before it arms (events.py's _sync:
+\* pipe.drain(), then the core's round), so a signal after the drain leaves
+\* it readable.  (The code drains before the round's look; no signal can
+\* come between that look and the arm, the flag being 0 there.)
+\* (no step point: ringcast/pollers.py's wake pipe, drained by events.py)
+PollDrain(r) ==
+    /\ pc[r] = "poll_drain"
+    /\ desc' = [desc EXCEPT ![r] = FALSE]
+    /\ pc' = [pc EXCEPT ![r] = "poll_arm"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, rechk, pflag, pcount>>
+
+\* Two RMWs (seq_cst: release, own earlier stores first), each a step, then
+\* the fence F6W.  The code: the flag's exchange, then, if it was 0, the
+\* count's increment ("poll_count").  A notify's clear of the flag between
+\* the two decrements the count before this increment: the count may then
+\* read 0 while another poller is armed (poll_code_nr2's counterexample).
+\* PollCountFirst: the increment, then the flag's exchange ("poll_flag";
+\* if the flag was already 1, the increment undone), so that the count is
+\* never below the number of armed flags.  Without F6W (LateAnnc) the
+\* second RMW becomes visible late (DrainAnnounce).
+\* core/rc_poll.c::poll_arm
+PollArm(r) ==
+    /\ \/ /\ pc[r] = "poll_arm" /\ ~PollCountFirst
+          /\ BufEmpty(r)
+          /\ pflag' = [pflag EXCEPT ![r] = 1]
+          /\ pc' = [pc EXCEPT ![r] = IF pflag[r] = 0 THEN "poll_count" ELSE AfterArm]
+          /\ UNCHANGED <<pcount, annc>>
+       \/ /\ pc[r] = "poll_count"
+          /\ IF LateAnnc          \* RELAXED, no F6W: the increment lands later
+             THEN annc' = [annc EXCEPT ![r] = TRUE] /\ UNCHANGED pcount
+             ELSE pcount' = pcount + 1 /\ UNCHANGED annc
+          /\ pc' = [pc EXCEPT ![r] = AfterArm]
+          /\ UNCHANGED pflag
+       \/ /\ pc[r] = "poll_arm" /\ PollCountFirst
+          /\ BufEmpty(r)
+          /\ pcount' = pcount + 1
+          /\ pc' = [pc EXCEPT ![r] = "poll_flag"]
+          /\ UNCHANGED <<pflag, annc>>
+       \/ /\ pc[r] = "poll_flag"
+          /\ IF pflag[r] = 1       \* armed already: undo the increment
+             THEN pcount' = pcount - 1 /\ UNCHANGED <<pflag, annc>>
+             ELSE IF LateAnnc      \* RELAXED, no F6W: the flag's store lands later
+             THEN annc' = [annc EXCEPT ![r] = TRUE] /\ UNCHANGED <<pflag, pcount>>
+             ELSE pflag' = [pflag EXCEPT ![r] = 1] /\ UNCHANGED <<pcount, annc>>
+          /\ pc' = [pc EXCEPT ![r] = AfterArm]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, rechk, desc>>
+
+\* The re-check is the reader's look (ReaderLoadWritten, ReaderLoadReadFlag,
+\* F4), flagged by rechk: its last load goes on to PollDisarm (ready) or to
+\* the sleep.  With F6W its loads wait for the count's increment (LateAnnc).
+\* core/rc_poll.c::poll_round
+PollRecheck(r) ==
+    /\ pc[r] = "poll_recheck"
+    /\ MM = "RELAXED" /\ F6W => ~annc[r]
+    /\ rechk' = [rechk EXCEPT ![r] = TRUE]
+    /\ pc' = [pc EXCEPT ![r] = "load_w"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, pvars>>
+
+\* The re-check found a message: flag := 0 (an exchange) and, if it was
+\* still 1, the count -= 1 (ordered after the increment: the same word);
+\* the reader goes on to its copy (the loads and F4 are behind it).
+\* core/rc_poll.c::poll_disarm
+PollDisarm(r) ==
+    /\ pc[r] = "poll_disarm" /\ ~annc[r]
+    /\ pflag' = [pflag EXCEPT ![r] = 0]
+    /\ pcount' = IF pflag[r] = 1 THEN pcount - 1 ELSE pcount
+    /\ rechk' = [rechk EXCEPT ![r] = FALSE]
+    /\ pc' = [pc EXCEPT ![r] = "copy"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, desc>>
+
+\* The event loop sleeps on the descriptor until it is readable, then the
+\* reader looks (its next round; no timeout: a lost wake-up is a poller
+\* asleep for good, NoLostPoll).
+\* (no step point: the event loop's select / epoll / add_reader)
+PollWake(r) ==
+    /\ pc[r] = "poll_sleep" /\ desc[r]
+    /\ pc' = [pc EXCEPT ![r] = "load_w"]
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
+
+\* The writer's signal, one reader (wr, 0 at a notify) per step: an armed
+\* flag is cleared by an exchange (an RMW: the writer's buffer drains
+\* first), the count decremented and the reader's descriptor made readable.
+\* core/rc_poll.c::notify_signal
+NotifySignal ==
+    /\ pc[Wr] = "notify_signal"
+    /\ IF pflag[wr] = 1
+       THEN /\ BufEmpty(Wr)
+            /\ pflag' = [pflag EXCEPT ![wr] = 0]
+            /\ pcount' = pcount - 1
+            /\ desc' = [desc EXCEPT ![wr] = TRUE]
+       ELSE UNCHANGED pvars
+    /\ IF wr + 1 < NR
+       THEN wr' = wr + 1 /\ UNCHANGED pc
+       ELSE wr' = 0 /\ pc' = [pc EXCEPT ![Wr] = AfterNotify(Wr)]
+    /\ UNCHANGED <<mem, sb, w, msg, wk, rvars, hvars, fifo, waiters, moved, annc, rechk>>
+
+Poll(r) == PollDrain(r) \/ PollArm(r) \/ PollRecheck(r) \/ PollDisarm(r) \/ PollWake(r)
 
 -----------------------------------------------------------------------------
 (************************* tensor arena (arena.py) *************************)
@@ -1028,7 +1180,7 @@ Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
 
 WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
                     \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
-                    \/ Park(Wr)
+                    \/ Park(Wr) \/ NotifySignal
                  /\ UNCHANGED <<xvars, avars, nvars>>
               \/ /\ \/ WriterClaimLate \/ WriterClaimLoads
                     \/ WriterRemoteSend \/ WriterRemoteAbort \/ WriterRemoteOwed
@@ -1040,7 +1192,7 @@ WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
 \* A dead reader takes no step.
 ReaderStep(r) == /\ alive[r]
                  /\ \/ /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
-                          \/ ReaderAck(r) \/ Park(r)
+                          \/ ReaderAck(r) \/ Park(r) \/ Poll(r)
                        /\ UNCHANGED <<avars, nvars>>
                     \/ ReaderCopy(r) \/ ReaderCheckEvicted(r) \/ ReaderQuit(r)
                  /\ UNCHANGED xvars
@@ -1090,6 +1242,9 @@ Init ==
     /\ mkn     = [r \in Readers |-> 0]
     /\ rsent   = << >>
     /\ rowed   = 0
+    /\ pflag   = [r \in Readers |-> 0]
+    /\ pcount  = 0
+    /\ desc    = [r \in Readers |-> FALSE]
 
 Next ==
     \/ WriterStep
@@ -1113,7 +1268,9 @@ PcVals == {"claim", "done", "payload_end", "load_w", "load_r", "copy",
            "park_recheck", "park_sleep", "park_retire", "notify_load",
            "notify_wake", "a_claim", "a_clear_written", "a_write",
            "a_clear_released", "a_publish", "check", "gone", "closed",
-           "copy_chk", "refused"} \cup Steps
+           "copy_chk", "refused", "poll_drain", "poll_arm", "poll_count", "poll_flag",
+           "poll_recheck", "poll_disarm", "poll_sleep", "notify_wake_poll",
+           "notify_signal"} \cup Steps
 Val  == -M .. M
 
 TypeOK ==
@@ -1142,6 +1299,8 @@ TypeOK ==
     /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val] /\ apend \in 0 .. S
     /\ evw \in [Readers -> {0, 1}] /\ cpend \in BOOLEAN /\ mkn \in [Readers -> 0 .. M]
     /\ rsent \in Seq(Msgs) /\ rowed \in 0 .. M
+    /\ pflag \in [Readers -> {0, 1}] /\ pcount \in -NR .. NR
+    /\ desc \in [Readers -> BOOLEAN]
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -1187,6 +1346,18 @@ RemoteInOrder == IsPrefix(rsent, sent)
 Delivered == \A r \in Readers \ (CrashSet \cup FalseSuspect \cup CloseSet) :
                  <>(Len(recv[r]) = M - Cardinality(dropped))
 WriterDone == <>(pc[Wr] = "done")
+
+\* No lost wake-up of a poller: a poller asleep on a descriptor that is not
+\* readable has no message ready for it in memory, unless the writer is
+\* between its publish and the end of its notify (which will signal it).
+\* A poller asleep with its message published and every notify done would
+\* wait for the next message's notify (for ever after the last one): the
+\* descriptor wait's lost wake-up, which the deadlock check also sees.
+Notifying == pc[Wr] \in {"notify_load", "notify_wake", "notify_wake_poll", "notify_signal"}
+NoLostPoll ==
+    \A r \in Pollers :
+        pc[r] = "poll_sleep" /\ ~desc[r] /\ ~Notifying
+            => ~(written[i[r]] = 1 /\ rflag[i[r]][r] = 0)
 
 \* The arena: the writer never claims a slot a live view is on, and a view's
 \* slot holds the view's message (for a view not yet read) with no store of
