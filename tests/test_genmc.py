@@ -137,6 +137,8 @@ N2 = ("N_CHUNKS=2", "N_READERS=1", "M=3")  # N = 2: three messages, so that the 
 # evicts it and refills the chunk it may be copying (H_RACY_COPY: relaxed payload words, the
 # overlap being the core's to tolerate by dropping the copy, not a race to report)
 FALSE_SUSPECT = ("N_CHUNKS=1", "N_READERS=1", "M=2", "DEAD_READER=0", "DEAD_AFTER=3", "H_RACY_COPY")
+# The descriptor wait: one reader polling (poll.c), N = 1, one message
+POLL = ("N_CHUNKS=1", "N_READERS=1", "M=1")
 
 # ring.c's configurations the shipped build must pass under both models (harness.h: the checks)
 SHIPPED: list[tuple[str, tuple[str, ...]]] = [
@@ -153,6 +155,11 @@ SHIPPED: list[tuple[str, tuple[str, ...]]] = [
     # A false suspect: evicted while it may be copying message 1, the chunk refilled with 2; the
     # copy that saw the refill sees the eviction too (F8) and is dropped (RC11: 686 executions)
     ("ring.c", FALSE_SUSPECT),
+    # The descriptor wait (core/rc_poll.c): the reader waits as an event loop does (drain, the
+    # core's round rc_reader_poll(arm=1): PollArm, PollRecheck; not ready: asleep until io->signal
+    # moves its descriptor, no timeout), M = 1 (23 executions; M = 2 is beyond this module's time
+    # under IMM: N = 2 below under RC11, docs/spec.md "The descriptor wait" has the IMM runs)
+    ("poll.c", POLL),
 ]
 
 # An abort injected at each step the writer takes (the hook fails the step: the core's error
@@ -200,6 +207,11 @@ MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
     # without F8 the false suspect's load of its state word is satisfied before its copy reads the
     # refill: it delivers message 2 as its first (102 executions, 6 s; RC11 too, below)
     ("ring.c", FALSE_SUSPECT, ("RINGCAST_TEST_DROP_F8",), "Safety violation"),
+    # the descriptor wait: without F6W (after PollArm's RMWs) the re-check's loads pass the arm,
+    # without F6N the notify loads the armed pollers' count before its publish: the notify signals
+    # nobody and the reader sleeps on its descriptor forever (4 and 3 executions)
+    ("poll.c", POLL, ("RINGCAST_TEST_DROP_F6W",), "Liveness violation"),
+    ("poll.c", POLL, ("RINGCAST_TEST_DROP_F6N",), "Liveness violation"),
 ]
 
 # A planted bug of tests/stateful, as the core's test build has it (core/rc_planted.c): the
@@ -229,6 +241,7 @@ RC11_MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
 # Configurations run under RC11 only (IMM: by hand, docs/spec.md)
 RC11_ONLY: list[tuple[str, tuple[str, ...]]] = [
     ("ring.c", ("N_CHUNKS=1", "N_READERS=2", "M=2")),  # two readers, both live
+    ("poll.c", ("N_CHUNKS=2", "N_READERS=1", "M=2")),  # the descriptor wait, two messages (1,969 executions, 25 s)
 ]
 
 # The N = 2 aborts run under RC11 here; under IMM only FlagOut's (the others take 12-23 s each

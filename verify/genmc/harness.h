@@ -13,7 +13,12 @@
  *   - the overflow channel: fifo_model.h (per reader, in order, nothing lost: a ZeroMQ XPUB);
  *   - time: no timeouts; the clock reads 0 except where a harness lets a park time out
  *     (eviction: only a dead or suspected reader makes a wait end without a wake);
- *   - liveness: probe answers from the harness's own table (dead / false suspect).
+ *   - liveness: probe answers from the harness's own table (dead / false suspect);
+ *   - a poller's descriptor (io->signal, the descriptor wait of core/rc_poll.c): a counter per
+ *     side that the signal increments; poll.c's readers drain it (read it) before each round and
+ *     sleep until it moves (no timeout: a lost wake-up is a thread blocked forever). The other
+ *     harnesses' readers never arm a poll flag, so their notifies load a count of 0 and signal
+ *     nobody.
  *
  * The harness's threads record what each reader delivered; main checks, after joining, that
  * every reader got exactly the writer's published messages in order. */
@@ -80,9 +85,12 @@ rc_h_zero(void *dst, int c, size_t n)
 #define H_DATA(i) (16 + (size_t)(i) * 4 * PAYLOAD_WORDS)    /* the chunk's words */
 #define H_STATE(r) (32 + (size_t)(r) * 4)                   /* reader r's state word */
 #define H_EC 48                                              /* write_seq, reader_waiters, read_seq, writer_waiters */
+#define H_POLL(r) (64 + (size_t)(r) * 4)                    /* reader r's poll flag */
+#define H_WPOLL 76                                           /* the writer's poll flag */
+#define H_POLLERS 80                                         /* reader_pollers, writer_pollers */
 _Static_assert(N_CHUNKS <= 4 && N_READERS <= 3 && 16 + N_CHUNKS * 4 * PAYLOAD_WORDS <= 32, "harness layout");
 
-static uint8_t h_mapping[64] __attribute__((aligned(8)));
+static uint8_t h_mapping[88] __attribute__((aligned(8)));
 static const size_t h_metas[N_CHUNKS] = {H_META(0)
 #if N_CHUNKS > 1
                                          , H_META(1)
@@ -98,10 +106,16 @@ static const size_t h_states[N_READERS] = {H_STATE(0)
                                            , H_STATE(1)
 #endif
 };
+static const size_t h_polls[N_READERS] = {H_POLL(0)
+#if N_READERS > 1
+                                          , H_POLL(1)
+#endif
+};
 static const rc_layout h_layout = {
     .n_reader = N_READERS, .max_chunks = N_CHUNKS, .max_chunk_bytes = 4 * PAYLOAD_WORDS,
     .metas = h_metas, .datas = h_datas, .states = h_states,
     .write_seq = H_EC, .reader_waiters = H_EC + 4, .read_seq = H_EC + 8, .writer_waiters = H_EC + 12,
+    .polls = h_polls, .writer_poll = H_WPOLL, .reader_pollers = H_POLLERS, .writer_pollers = H_POLLERS + 4,
 };
 /* Park at once (no spin phase), on the futex, for as long as it takes (no recheck timeout). */
 static const rc_policy h_policy = {.spin = 0.0, .recheck_interval = 1e9, .tight_looks = 0, .use_futex = 1};
@@ -229,6 +243,36 @@ h_probe(void *ctx, int who, double waited)
         return __atomic_load_n(&h_dead[who], __ATOMIC_SEQ_CST) ? RC_DEAD : RC_ALIVE;
     return RC_ALIVE;
 }
+/* A poller's descriptor (io->signal): h_descriptor[who] counts the signals (the writer's is
+ * [N_READERS]); a poller drains it by reading it before its round (h_drain) and sleeps until it
+ * moves (h_sleep_on_descriptor): a signal after the drain leaves it "readable". The count is a
+ * seq_cst RMW, as the wake pipe's write is a system call after the core's seq_cst exchange. */
+static uint32_t h_descriptor[N_READERS + 1];
+
+static int
+h_signal(void *ctx, int who)
+{
+    (void)ctx;
+    __atomic_fetch_add(&h_descriptor[who == RC_WRITER ? N_READERS : who], 1, __ATOMIC_SEQ_CST);
+    return RC_OK;
+}
+
+static inline uint32_t
+h_drain(int who)
+{
+    return __atomic_load_n(&h_descriptor[who == RC_WRITER ? N_READERS : who], __ATOMIC_SEQ_CST);
+}
+
+/* The event loop asleep on the descriptor until it is readable: a loop without side effects,
+ * which GenMC turns into an assume (no timeout: --check-liveness reports a sleeper no signal
+ * releases) */
+static inline void
+h_sleep_on_descriptor(int who, uint32_t drained)
+{
+    while (h_drain(who) == drained) {
+    }
+}
+
 static int h_report(void *ctx, int event, double waited) { (void)ctx, (void)event, (void)waited; return RC_OK; }
 static void h_fail(void *ctx, rc_status code, double waited) { (void)waited; ((h_ctx *)ctx)->failed = code; }
 
@@ -257,7 +301,7 @@ static const rc_iface h_writer_io = {
     .ctx = &h_writer_ctx, .pin = h_pin, .unpin = h_unpin, .now = h_now, .check_signals = h_check_signals,
     .futex_wait = h_futex_wait, .futex_wake = h_futex_wake, .yield = h_yield, .sleep = h_sleep,
     .probe = h_probe, .send_overflow = h_send_overflow, .recv_overflow = h_recv_overflow,
-    .copy_out = h_copy_out, .report = h_report, .fail = h_fail,
+    .copy_out = h_copy_out, .report = h_report, .fail = h_fail, .signal = h_signal,
 };
 static rc_iface h_reader_io[N_READERS];
 
@@ -371,6 +415,11 @@ h_reader(void *arg)
     return NULL;
 }
 
+/* The readers' thread function: h_reader, or a harness's own (poll.c: H_READER_FN) */
+#ifndef H_READER_FN
+#define H_READER_FN h_reader
+#endif
+
 /* Set up both sides, run the writer and the readers, join, check. `dead`: the readers probe
  * reports dead. */
 static void
@@ -396,7 +445,7 @@ h_run(void)
     }
     pthread_create(&w, NULL, h_writer, NULL);
     for (int r = 0; r < N_READERS; r++)
-        pthread_create(&rd[r], NULL, h_reader, (void *)(intptr_t)r);
+        pthread_create(&rd[r], NULL, H_READER_FN, (void *)(intptr_t)r);
     pthread_join(w, NULL);
     for (int r = 0; r < N_READERS; r++)
         pthread_join(rd[r], NULL);
