@@ -16,6 +16,8 @@ side counts, over ``--messages`` messages after 200 unmeasured ones:
   and in its other threads (ZeroMQ's I/O threads) apart, the harness's own acknowledgement taken
   off (writer: one ``select`` and one ``read`` of the eventfd, reader: one ``write``);
 * **page faults** per message (``page-faults``), every thread;
+* **CPU time** per message of the side's main thread in ``send`` / ``recv`` (``time.thread_time_ns``:
+  the thread's own CPU, not its waits; a third pass with neither the profiler nor perf's probes);
 * **allocations** per message: calls of ``PyObject_Malloc`` (Python objects) and of libc's
   ``malloc`` (buffers, ZeroMQ's messages), every thread, through uprobes this tool adds with
   ``perf probe`` (root; left out, with a note, where that fails).
@@ -105,10 +107,15 @@ def _reader_main(impl, info, efd_dup, conn, events) -> None:
     efd = efd_dup.detach()
     recv, close = open_reader(impl, info, 0)
     perf = _Perf(events) if events else None
-    prof, k = None, 0
+    prof, k, cpu = None, 0, None
+    tt = time.thread_time_ns
     try:
         while True:
-            if prof is not None:
+            if cpu is not None:
+                t0 = tt()
+                m = recv()
+                cpu.append(tt() - t0)
+            elif prof is not None:
                 prof.enable()
                 m = recv()
                 prof.disable()
@@ -121,6 +128,11 @@ def _reader_main(impl, info, efd_dup, conn, events) -> None:
             elif kind == "calls-end":
                 conn.send({"calls": _calls(prof) / k})
                 prof = None
+            elif kind == "cpu":
+                cpu = []
+            elif kind == "cpu-end":
+                conn.send({"cpu": sorted(cpu[:-1])[len(cpu[:-1]) // 2] / 1e3})
+                cpu = None
             elif kind == "perf":
                 perf.start()
             elif kind == "perf-end":
@@ -170,6 +182,19 @@ def measure(impl: str, payload: str, n: int, events: list[str]) -> dict:
         _ack(efd)
         out["writer_calls"] = _calls(prof) / n
         out["reader_calls"] = a.recv()["calls"]
+        send(("cpu",))
+        _ack(efd)
+        tt, cpu = time.thread_time_ns, []
+        for i in range(n):
+            m = ("d", i, 0, body)
+            t0 = tt()
+            send(m)
+            cpu.append(tt() - t0)
+            _ack(efd)
+        send(("cpu-end",))
+        _ack(efd)
+        out["writer_cpu_us"] = sorted(cpu)[n // 2] / 1e3
+        out["reader_cpu_us"] = a.recv()["cpu"]
         if events:
             perf = _Perf(events)
             send(("perf",))
@@ -200,7 +225,7 @@ def measure(impl: str, payload: str, n: int, events: list[str]) -> dict:
         os.close(efd)
 
 
-_COLS = ("writer_calls", "reader_calls", "writer_syscalls_main", "writer_syscalls_other", "reader_syscalls_main", "reader_syscalls_other",
+_COLS = ("writer_cpu_us", "reader_cpu_us", "writer_calls", "reader_calls", "writer_syscalls_main", "writer_syscalls_other", "reader_syscalls_main", "reader_syscalls_other",
          "writer_page-faults", "reader_page-faults", "writer_PyObject_Malloc", "reader_PyObject_Malloc", "writer_malloc", "reader_malloc")
 
 
