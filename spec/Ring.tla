@@ -108,8 +108,9 @@ CONSTANTS
     RecheckPoll,    \* a poller looks again after arming (PollRecheck)
     PollCountFirst  \* PollArm increments the armed pollers' count before it
                     \*   sets its flag (and undoes the increment if the flag
-                    \*   was set); FALSE: the flag first, then the count if
-                    \*   the flag was 0 (core/rc_poll.c as of 9ca9df0)
+                    \*   was set): core/rc_poll.c as shipped; FALSE: the flag
+                    \*   first, then the count if the flag was 0 (the code
+                    \*   of 9ca9df0, which lost a wake-up: poll_flag_first_nr2)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -911,13 +912,14 @@ PollDrain(r) ==
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, rechk, pflag, pcount>>
 
 \* Two RMWs (seq_cst: release, own earlier stores first), each a step, then
-\* the fence F6W.  The code: the flag's exchange, then, if it was 0, the
-\* count's increment ("poll_count").  A notify's clear of the flag between
-\* the two decrements the count before this increment: the count may then
-\* read 0 while another poller is armed (poll_code_nr2's counterexample).
-\* PollCountFirst: the increment, then the flag's exchange ("poll_flag";
-\* if the flag was already 1, the increment undone), so that the count is
-\* never below the number of armed flags.  Without F6W (LateAnnc) the
+\* the fence F6W.  The code (PollCountFirst): the count's increment, then
+\* the flag's exchange ("poll_flag"; if the flag was already 1, the
+\* increment undone), so that the count is never below the number of armed
+\* flags.  ~PollCountFirst (the code of 9ca9df0): the flag's exchange, then,
+\* if it was 0, the count's increment ("poll_count"); a notify's clear of the
+\* flag between the two decrements the count before this increment, and the
+\* count may then read 0 while another poller is armed
+\* (poll_flag_first_nr2's counterexample).  Without F6W (LateAnnc) the
 \* second RMW becomes visible late (DrainAnnounce).
 \* core/rc_poll.c::poll_arm
 PollArm(r) ==

@@ -8,7 +8,7 @@
  * eventcount's waiters after F6N, loads the count of armed pollers too and signals each armed
  * poller's descriptor (io->signal: the binding makes it readable) after clearing its flag:
  *
- *   poller:   PollArm flag := 1 (pollers += 1 if it was 0), F6W; PollRecheck (the side's look);
+ *   poller:   PollArm pollers += 1, flag := 1 (the increment undone if it was 1), F6W; PollRecheck (the side's look);
  *             not ready: back to the event loop, which sleeps on the descriptor
  *   notifier: (the publishing / acknowledging store) NotifyLoadWaiters F6N, n := waiters,
  *             p := pollers; [NotifyWake if n > 0]; NotifySignal if p > 0: for each armed
@@ -19,10 +19,11 @@
  * acquire that the count's RMW released) sees the arm. The flag is one-shot: the notifier that
  * clears it signals once, and the poller arms again when it next finds nothing ready, so a writer
  * pays a system call per message only while some reader waits on a descriptor (the futex wake's
- * rule), and nothing when no side polls (p == 0: one more load after F6N). The count is kept by
- * whoever flips a flag (its exchange says who did), so it is the number of flags set, but for a
- * moment while a poller's arm and a notifier's clear of the same flag cross (then it may read one
- * too many, or wrap below zero: either is "look at the flags", which finds the truth). */
+ * rule), and nothing when no side polls (p == 0: one more load after F6N). The count is never
+ * below the number of flags set: a poller counts itself before it sets its flag, and a notifier
+ * (or PollDisarm) decrements it only for a flag its own exchange cleared. It may read one too
+ * many for a moment (an arm between its increment and its exchange): "look at the flags", which
+ * find the truth. */
 
 static uint32_t *
 poll_flag(const rc_layout *L, uint8_t *base, int who)
@@ -37,14 +38,21 @@ pollers_of(const rc_layout *L, uint8_t *base, int who)
     return word_at(base, who == RC_WRITER ? L->writer_pollers : L->reader_pollers);
 }
 
-/* Spec: PollArm. flag := 1 (pollers += 1 if it was 0), then F6W: PollRecheck's loads come after it */
+/* Spec: PollArm. pollers += 1, then flag := 1 (the increment undone if the flag was set already),
+ * then F6W: PollRecheck's loads come after it. The count first: it is never below the number of
+ * flags set, since a notify decrements it only for a flag it cleared, which was counted before it
+ * was set. (The flag first, then the count, lost a wake-up with two pollers: a notify clearing
+ * the flag between the two decremented the count for an increment not yet made, and so ate
+ * another armed poller's; spec model poll_flag_first_nr2, GenMC's two-poller poll.c.) */
 RC_FENCED static int
 poll_arm(const rc_side *s, uint8_t *base)
 {
     if (trace(s, RC_PollArm, RC_NO_READER) != RC_OK)
         return RC_ERR_RAISED;
-    if (rc_exchange_u32(poll_flag(s->layout, base, s->side), 1) == 0)
-        rc_rmw_add_u32(pollers_of(s->layout, base, s->side), 1);
+    uint32_t *pollers = pollers_of(s->layout, base, s->side);
+    rc_rmw_add_u32(pollers, 1);
+    if (rc_exchange_u32(poll_flag(s->layout, base, s->side), 1) == 1)
+        rc_rmw_add_u32(pollers, (uint32_t)-1); /* armed already: counted once */
     rc_fence_f6w(); /* F6W pairs with F6N in rc_notify_load_waiters, as the park's announce does */
     return RC_OK;
 }
