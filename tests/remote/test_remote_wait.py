@@ -100,3 +100,45 @@ def test_a_remote_reader_finds_its_writer_gone_while_it_waits(monkeypatch, mode)
     finally:
         r.close()
         w.close()
+
+
+@pytest.mark.timeout(60)
+def test_aes_gcm_seals_each_message_once_for_three_readers(monkeypatch):
+    """Issue 53 point 3: ``aes-gcm`` seals a message once, in ``enqueue``, and the writer's socket
+    sends the same sealed frames to every admitted connection (a large one the same zmq.Frame
+    object to each): three readers cost one seal, and each reader opens what it gets."""
+    import zmq
+
+    pytest.importorskip("cryptography")
+    w = MessageQueue(3, 0, connect_ip="127.0.0.1", warn_interval=3600.0, remote_security="aes-gcm")
+    readers = [MessageQueue.create_from_handle(w.export_handle(), i, warn_interval=3600.0) for i in range(3)]
+    try:
+        ts = [threading.Thread(target=r.wait_until_ready, args=(30,), daemon=True) for r in readers]
+        for t in ts:
+            t.start()
+        w.wait_until_ready(timeout=30)
+        for t in ts:
+            t.join(30)
+        sealer, seals = w.remote_socket.sealer, []
+        seal = sealer.seal
+        monkeypatch.setattr(sealer, "seal", lambda frames: seals.append(len(frames)) or seal(frames))
+        orig, sent = zmq.Socket.send, []
+
+        def send(self, data, *a, **kw):
+            if self is w.remote_socket.sock:
+                sent.append(data)
+            return orig(self, data, *a, **kw)
+
+        monkeypatch.setattr(zmq.Socket, "send", send)
+        msgs = [{"step": 1}, b"z" * (1 << 20), [b"y" * (300 << 10), "tail"]]
+        for m in msgs:
+            w.enqueue(m, timeout=20)
+        monkeypatch.undo()
+        assert len(seals) == len(msgs)  # one seal per message, not one per reader
+        large = [f for f in sent if type(f) is zmq.Frame and len(f.buffer) >= 1 << 20]
+        assert len(large) == 3 and large[0] is large[1] is large[2]  # the 1 MiB frame: one object to all three
+        for r in readers:
+            assert [r.dequeue(timeout=20) for _ in msgs] == msgs
+    finally:
+        for q in (*readers, w):
+            q.close()
