@@ -94,3 +94,27 @@ def test_transcription_matches_tlc_counts(model):
     (name, tlc, got, _), = bmc.check([model])
     assert got == tlc, f"{name}: the z3 relation reaches {got} states, TLC {tlc}"
 
+
+def test_the_tlc_inductiveness_models_check_the_proved_configuration():
+    """spec/models.json's RingInd models (Lamport's method: IndSpec starts from IndInv's states,
+    IndInv checked after every step) are the configuration the proofs are for, at small sizes,
+    and each must-fail twin differs from it in one switch; RingInd's module states every constant
+    MCRing's does."""
+    from dataclasses import asdict
+
+    from ringcast_lab.induction import models
+    from ringcast_lab.tlc.models import manifest
+
+    data = manifest()
+    assert list(data["modules"]["RingInd"]["constants"]) == list(data["modules"]["MCRing"]["constants"])
+    ind = {m["name"]: m for m in data["models"] if m["module"] == "RingInd"}
+    oks = [n for n, m in ind.items() if m["expect"] == "ok"]
+    twins = [n for n, m in ind.items() if m["expect"] == "safety"]
+    assert len(oks) >= 2 and len(twins) >= 3, sorted(ind)
+    for name in oks:
+        assert models.from_manifest(name)[0] == ob.SHIPPED, name
+    shipped = asdict(ob.SHIPPED)
+    for name in twins:
+        assert ind[name]["violated"] == "IndInv", name
+        cfg = asdict(models.from_manifest(name)[0])
+        assert len({k for k in cfg if cfg[k] != shipped[k]}) == 1, name
