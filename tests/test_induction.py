@@ -12,9 +12,9 @@
   as TLC's distinct states for that model (spec/models.json's counts, which test_spec's manifest
   run checks against TLC).
 
-Measured (2-vCPU VM, 2026-12-05, one pytest process): the whole module 60 s at load ~1 (the
-step obligations 5 s, Init and safety 1 s, non-vacuity 1 s, the bad variants' search ~25 s,
-the shipped configuration's 18 s, the state counts 10 s), 118 s wall (67 s of CPU) at load ~6.
+Measured (2-vCPU VM, 2026-12-05, one pytest process, 39 tests): 97 s wall, 73 s of CPU at
+load ~3; 171 s wall, 81 s of CPU at load 6-8 (the four configurations' proofs about 30 s of it,
+the counterexample searches about 45 s, the state counts 10 s, non-vacuity 1 s).
 The TLC half of the check (spec/models.json's RingInd models) runs with the manifest.
 
 Skipped without z3, unless RINGCAST_REQUIRE_Z3=1 (CI), where a missing z3 fails.
