@@ -17,7 +17,7 @@
 (* properties NoDataRace, NoOverwrite and InOrder of Ring (IndSafety):     *)
 (* InOrder is in-order delivery without loss or duplicate, with every      *)
 (* overflow marker paired with its own payload.  Each bad variant of the   *)
-(* manifest at the SC level breaks a conjunct in one step, or at Init     *)
+(* manifest at the SC level breaks a conjunct in one step, or at Init      *)
 (* (the must-fail models ind_publish_before_clear, ind_abort_unsent,       *)
 (* ind_recv_interrupt; src/ringcast_lab/induction's cti for all 13).       *)
 (*                                                                         *)
