@@ -37,7 +37,7 @@ CORE = Path(__file__).resolve().parents[2] / "src" / "ringcast" / "core"
 _C_TEXT = "\n".join(p.read_text() for p in sorted(CORE.glob("rc_*.c")))  # the core's steps and waits
 #: the spec actions whose tracepoints the core has, by the Python module that wraps them (the
 #: endpoints: the binding's only types that run steps)
-C_ACTIONS = {"endpoint": re.findall(r"/\* Spec: ((?:Writer|Reader|Park|Notify)\w+)", _C_TEXT)}
+C_ACTIONS = {"endpoint": re.findall(r"/\* Spec: ((?:Writer|Reader|Park|Notify|Poll)\w+)", _C_TEXT)}
 
 
 def notrace_protocol():
