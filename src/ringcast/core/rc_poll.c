@@ -15,8 +15,9 @@
  *             poller, flag := 0, pollers -= 1, signal(poller)
  *
  * No lost wake-up, by the park's argument: F6W pairs with F6N, so either the poller's re-check
- * sees the store that made it ready, or the notifier's load of pollers (and then of the flag, an
- * acquire that the count's RMW released) sees the arm. The flag is one-shot: the notifier that
+ * sees the store that made it ready, or the notifier's loads after F6N (the count, then the
+ * flags) see both of the arm's RMWs, which come before F6W (models poll_relaxed_count_first and
+ * its twin without F6W; GenMC's poll.c). The flag is one-shot: the notifier that
  * clears it signals once, and the poller arms again when it next finds nothing ready, so a writer
  * pays a system call per message only while some reader waits on a descriptor (the futex wake's
  * rule), and nothing when no side polls (p == 0: one more load after F6N). The count is never
