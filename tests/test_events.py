@@ -413,3 +413,25 @@ def test_the_writer_signals_only_readers_that_wait_on_a_descriptor():
         assert w.statistics().signals == 1
     finally:
         p.close()
+
+
+def test_a_writer_dead_before_the_descriptor_is_made_makes_it_readable_at_once():
+    """fileno() asked after the writer died: no pidfd can be had for it, and the descriptor is
+    readable at once (it stands for the pidfd of a process that exited), so a loop does not wait
+    for a message that cannot come; the call names the dead writer."""
+    handles, evt = CTX.Queue(), CTX.Event()
+    p = CTX.Process(target=_workers.writer_then_hang, args=(handles, evt), daemon=True)
+    try:
+        p.start()
+        q = MessageQueue.create_from_handle(handles.get(timeout=30), 0)
+        q.wait_until_ready(30)
+        assert evt.wait(30)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+        fd = q.fileno()
+        assert readable(fd)
+        with pytest.raises(DeadWriterError):
+            q.dequeue_nowait()
+        q.close()
+    finally:
+        _kill(p)

@@ -110,7 +110,7 @@ class EventLoopWaits:
         if self._descriptor is None:
             self._check_open()
             self._descriptor = self._new_descriptor()
-            self._sync()
+            self._sync(after=True)  # no checks: a dead peer leaves it readable, the next call raises
         return self._descriptor.fileno()
 
     def _new_descriptor(self) -> Descriptor:
@@ -122,9 +122,9 @@ class EventLoopWaits:
                 ring = self.buffer
                 if self._is_writer:
                     for r in self._endpoint.live_readers:
-                        d.watch_process(r, ring.reader_process(r)[0])
+                        d.watch_process(r, *ring.reader_process(r))
                 else:
-                    d.watch_process(-1, ring.writer_process()[0])
+                    d.watch_process(-1, *ring.writer_process())
                 ring.set_poll_target(self._endpoint.side if not self._is_writer else -1, d.pipe.w, d.pipe.inode)
         except BaseException:
             d.close()

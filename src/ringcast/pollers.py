@@ -35,6 +35,8 @@ import os
 import select
 import weakref
 
+from .identity import process_alive
+
 __all__ = ["WakePipe", "Descriptor"]
 
 _BYTE = b"\x01"
@@ -92,15 +94,25 @@ class Descriptor:
     def fileno(self) -> int:
         return self._epoll.fileno()
 
-    def watch_process(self, key: int, pid: int) -> bool:
-        """Readable once process ``pid`` exits; False where no pidfd can be had (then its exit is
-        seen only by the blocking waits' checks)."""
+    def watch_process(self, key: int, pid: int, start: int) -> bool:
+        """Readable once process ``pid`` (started at ``start``, clock ticks: :mod:`ringcast.identity`)
+        exits. A process already gone (or its pid reused) makes it readable at once (an eventfd
+        that stays readable stands for its pidfd), so the next call makes its checks and names
+        it. False where no pidfd can be had at all (then the exit is seen only by the blocking
+        waits' checks)."""
         if key in self._peers or not pid:
             return key in self._peers
         try:
             fd = os.pidfd_open(pid)
-        except (OSError, AttributeError):  # gone already (ESRCH: the next check names it), or no pidfd
+        except ProcessLookupError:
+            fd = None
+        except (OSError, AttributeError):  # no pidfd here (an old kernel, a seccomp filter)
             return False
+        if fd is not None and process_alive(pid, start) is False:  # the pid is another process's now
+            os.close(fd)
+            fd = None
+        if fd is None:
+            fd = os.eventfd(1, os.EFD_CLOEXEC)  # readable for good, as the exited peer's pidfd would be
         self._peers[key] = fd
         self._epoll.register(fd, select.EPOLLIN)
         return True
