@@ -140,28 +140,32 @@ writer_consumed(rc_side *s, int *done)
     return n < 0 ? n : RC_OK;
 }
 
-/* The descriptor wait's rounds (rc_poll.c); the writer's are between messages (nothing claimed) */
-int
-rc_writer_poll(rc_writer *w, int arm, int check, int *ready)
+/* The writer's round of the descriptor wait, between messages (nothing claimed): for a free chunk
+ * (rc_writer_poll) or for every live reader done (rc_writer_poll_consumed: `draining`, so that the
+ * idle checks look at the last published chunk) */
+static int
+writer_round(rc_writer *w, rc_ready_fn look, int draining, int arm, int check, int *ready)
 {
     if (w->phase != RC_W_IDLE)
         return fail(&w->s, RC_ERR_STATE);
     if (rc_cancel_requested(w->s.cancel))
         return fail(&w->s, RC_ERR_CANCELLED);
-    return poll_round(&w->s, writer_ready, writer_idle, arm, check, ready);
+    w->draining = draining;
+    int rc = poll_round(&w->s, look, writer_idle, arm, check, ready);
+    w->draining = 0;
+    return rc;
+}
+
+int
+rc_writer_poll(rc_writer *w, int arm, int check, int *ready)
+{
+    return writer_round(w, writer_ready, 0, arm, check, ready);
 }
 
 int
 rc_writer_poll_consumed(rc_writer *w, int arm, int check, int *ready)
 {
-    if (w->phase != RC_W_IDLE)
-        return fail(&w->s, RC_ERR_STATE);
-    if (rc_cancel_requested(w->s.cancel))
-        return fail(&w->s, RC_ERR_CANCELLED);
-    w->draining = 1;
-    int rc = poll_round(&w->s, writer_consumed, writer_idle, arm, check, ready);
-    w->draining = 0;
-    return rc;
+    return writer_round(w, writer_consumed, 1, arm, check, ready);
 }
 
 /* The consumed wait: what an error left owed first (its message counts), then until consumed */
