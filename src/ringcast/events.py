@@ -82,8 +82,8 @@ class EventLoopWaits:
         if self._closed or self._cancelled:
             return True
         ep = self._endpoint
-        if ep is None:  # a remote reader asks its socket; a writer with only remote readers never waits
-            return not self._is_remote_reader or bool(self.remote_socket.getsockopt(_EVENTS) & _POLLIN)
+        if ep is None:
+            return self._endpointless_ready()
         if not self._is_writer and ep.gone:
             return True
         return ep.poll(False, False)
@@ -131,6 +131,11 @@ class EventLoopWaits:
             raise
         return d
 
+    def _endpointless_ready(self) -> bool:
+        """A side without a ring: a remote reader asks its socket (ZMQ_EVENTS, which also consumes
+        the edge of its ZMQ_FD); a writer with only remote readers never waits."""
+        return not self._is_remote_reader or bool(self.remote_socket.getsockopt(_EVENTS) & _POLLIN)
+
     def _probe(self) -> bool:
         """ready(), unarmed; an error that would raise at once raises here."""
         ep = self._endpoint
@@ -153,7 +158,7 @@ class EventLoopWaits:
             return True
         ep = self._endpoint
         if ep is None:
-            ready = not self._is_remote_reader or bool(self.remote_socket.getsockopt(_EVENTS) & _POLLIN)
+            ready = self._endpointless_ready()
         else:
             exited = not after and d.peers_exited()
             ready = (ep.poll_consumed if consumed else ep.poll)(True, exited)
