@@ -9,7 +9,7 @@
 (*     \* file.py::Class._method   or   \* core/rc_steps.c::function       *)
 (* (the ring's and the eventcount's steps are C functions of the protocol  *)
 (* core, src/ringcast/core/, each under a "Spec: <Action>" comment;        *)
-(* tests/test_spec.py checks that they exist).  Actions                    *)
+(* tests/proofs/test_spec.py checks that they exist).  Actions                    *)
 (* that model the hardware or the environment (store-buffer drains, the    *)
 (* end of a finite run) carry no such tag.                                 *)
 (*                                                                         *)

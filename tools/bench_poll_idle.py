@@ -7,7 +7,7 @@ loop (the queue's descriptor in the loop's epoll), the other blocks in ``dequeue
 the futex park). The writer sends nothing for ``--seconds``, then one message. Each reader reports
 the CPU time (user + system, ``time.process_time``) its process used over the idle wait, as a
 share of one core. Reported, not asserted (a test bounds the blocking reader's idle CPU:
-tests/test_waiting.py)."""
+tests/protocol/test_waiting.py)."""
 
 from __future__ import annotations
 

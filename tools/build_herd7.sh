@@ -7,7 +7,7 @@
 # The archive is looked for in $RINGCAST_TOOLS_DIR, then in shared/tools next to the clone or
 # one or two folders above it (../shared/tools from the main checkout, ../../shared/tools from a
 # worktree). The cache is $RINGCAST_TOOLS_CACHE (default ~/.cache/ringcast-tools).
-# Build instructions: shared/tools/README.md. tests/test_herd.py finds the result in the cache.
+# Build instructions: shared/tools/README.md. tests/proofs/test_herd.py finds the result in the cache.
 set -euo pipefail
 
 VERSION=7.57

@@ -1,6 +1,6 @@
 """ringcast: broadcast control-plane objects from one writer process to many readers.
 
-General layout, bottom up (an import never points up; tests/test_structure.py checks that no
+General layout, bottom up (an import never points up; tests/package/test_structure.py checks that no
 import cycle exists, imports inside functions included):
 
 * :mod:`ringcast.errors` - the exception types (every one a subclass of what vLLM raises).

@@ -4,7 +4,7 @@
 side finds its words); :mod:`ringcast.waiting` the wait policy, counters and cancel request of the
 core's spin-then-park wait. Each endpoint is the one object of its side: it owns the core's state
 of that side (``rc_writer`` / ``rc_reader``) and runs the steps in the order spec/Ring.tla proves
-(through the core: nothing in the package takes a single step; tests/test_structure.py): what
+(through the core: nothing in the package takes a single step; tests/package/test_structure.py): what
 :class:`~ringcast.queue.MessageQueue` runs, the stateful harness (tests/stateful/worker.py) and
 the trace recorder (:mod:`ringcast_lab.trace.serial`) run too, stepped through the step hook
 (:mod:`ringcast.steps`).

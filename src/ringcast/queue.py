@@ -3,7 +3,7 @@ socket and remote readers.
 
 A drop-in for vLLM 0.33's ``shm_broadcast.MessageQueue``: every public method, keyword, default
 and attribute of it, with its meaning (docs/engine.md, "vLLM 0.33 compatibility", name by name;
-tests/test_vllm_compat.py compares the signatures). Adds ``close``, ``statistics``, precise
+tests/front/test_vllm_compat.py compares the signatures). Adds ``close``, ``statistics``, precise
 errors, and parking of idle waiters (:mod:`ringcast.waiting`).
 
 What it delegates: the protocol, one message at a time, to :mod:`ringcast.endpoint`; the bytes

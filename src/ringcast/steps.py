@@ -33,7 +33,7 @@ reading ``steps.hook`` give it back. Nothing else calls ``_protocol.set_hook``.
 
 :data:`clock` is the runtime's clock: every deadline, every spin budget and every no-futex sleep
 of a wait reads it (``clock.monotonic()``, ``clock.sleep(seconds)``). It is the :mod:`time` module
-in production; a harness with virtual time (the trace recorder, tests/test_waiting.py) installs
+in production; a harness with virtual time (the trace recorder, tests/protocol/test_waiting.py) installs
 its own with ``set_clock(clock)`` (or by assigning ``steps.clock``), which sets the binding's
 copy too (``_protocol.set_clock``, which reads the two methods once). Each endpoint copies the
 clock installed when it is built into its interface (``io->now``, ``io->sleep``: the real

@@ -47,7 +47,7 @@ those asleep (each endpoint's ``wake_all()``, which pins the mapping: a closed r
 Second line of defence: each sleep is capped at ``recheck_interval``; when a capped sleep times
 out and the condition already holds while ``seq`` did not move, a wake-up was lost (or raced the
 timeout by microseconds) and ``recheck_hits`` counts it. It should stay 0; the stress suite
-reports it, and a test (tests/test_waiting.py, with a writer that publishes by single steps and
+reports it, and a test (tests/protocol/test_waiting.py, with a writer that publishes by single steps and
 never notifies) shows the cap recovers it.
 
 Why a futex and not the alternatives (numbers in docs/waiting.md, measured by

@@ -2,7 +2,7 @@
 
 It sits above the runtime and uses it only through its public names (no ``_``-prefixed module
 or attribute of ``ringcast``) and the step hook (:mod:`ringcast.steps`); the runtime never imports
-it (tests/test_structure.py checks both). Bottom up:
+it (tests/package/test_structure.py checks both). Bottom up:
 
 * :mod:`ringcast_lab.tlc` - the TLC driver (finds Java and the jar, runs the models of
   ``spec/models.json``); imports nothing of the runtime.

@@ -7,7 +7,7 @@
  * - fence(): a sequentially consistent fence (x86-64: `lock orq $0,(%rsp)` with GCC >= 11,
  *   mfence with older compilers; AArch64: `dmb ish`): the tensor arena's fences (arena.py). The
  *   ring's fences are inside the protocol core's steps and sequence (core/rc_steps.c, rc_core.c).
- *   tests/test_arm_codegen.py checks the AArch64 assembly of every fence point.
+ *   tests/proofs/test_arm_codegen.py checks the AArch64 assembly of every fence point.
  * - load_u32(addr): an atomic 32-bit load (a diagnostic look at an eventcount word).
  * - address_of(buffer): the address of a writable buffer (the eventcount words' addresses).
  *

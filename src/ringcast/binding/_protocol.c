@@ -2,7 +2,7 @@
  * C: each side's whole per-message state machine, its steps, its waits). The binding converts
  * arguments, fills the core's interface (rc_iface) once when an endpoint is bound, turns the
  * core's error codes into the project's exceptions, and adapts the Python step hook to the core's
- * single tracepoint (rc_step_hook). It takes no protocol decision: tests/test_structure.py reads
+ * single tracepoint (rc_step_hook). It takes no protocol decision: tests/package/test_structure.py reads
  * these files and fails if one calls a ring step itself (only the core orders them). Its entry
  * points are the production ones only; the single steps, EventCount and the planted-bug switch
  * are the lab's test extension's (ringcast_lab._steps, src/ringcast_lab/steps/).

@@ -22,7 +22,7 @@
  * rc_compiler_barrier() and rc_rmw_add_u32() are not fences: the litmus tests' controls put them
  * where a fence would be, to show that the harness can see the reordering the fence stops.
  *
- * Test-only switches, one per fence point implemented here (tests/test_litmus.py compiles a
+ * Test-only switches, one per fence point implemented here (tests/proofs/test_litmus.py compiles a
  * throwaway build with one of them; setup.py never passes them, and the litmus module reports
  * any that is set, which `ringcast stress` treats as an error):
  *   -DRINGCAST_TEST_DROP_F6N   rc_fence_load_u32 loses its fence

@@ -45,7 +45,7 @@
 #define RC_F8() rc_fence()
 #endif
 
-/* A function with a fence point keeps its own symbol: tests/test_arm_codegen.py reads its AArch64
+/* A function with a fence point keeps its own symbol: tests/proofs/test_arm_codegen.py reads its AArch64
  * code (a call more per step, next to a fence's tens of nanoseconds) */
 #if defined(__clang__)
 #define RC_FENCED __attribute__((noinline))

@@ -31,7 +31,7 @@
  * -DRINGCAST_TEST_DROP_F1 / _F3 / _F4 / _F5 / _F7 turn that point's fence into a compiler barrier
  * in the shipped runs. setup.py never passes them; build_info()["dropped"] names any that is set.
  * -DRINGCAST_LITMUS_STANDALONE builds a command-line program instead of the Python module
- * (tests/test_litmus.py builds throwaway copies that way).
+ * (tests/proofs/test_litmus.py builds throwaway copies that way).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1

@@ -1,6 +1,6 @@
 /* _steps_wait.c: EventCount, the eventcount's words at fixed addresses with the core's
  * eventcount steps (rc_wait.c: ParkSnapshot .. NotifyWake, each with its tracepoint) as methods,
- * part of ringcast_lab._steps (included by _steps.c). For tests and tools (tests/test_atomics.py):
+ * part of ringcast_lab._steps (included by _steps.c). For tests and tools (tests/protocol/test_atomics.py):
  * an endpoint's waits and notifies are the core's own, on its pinned mapping. The addresses must
  * stay mapped while the object is used. */
 

@@ -6,7 +6,7 @@ replaced by a compiler-only barrier), herd7 (herdtools7 7.57) checked the same t
 in the instructions the shipped build emits, against the architecture's formal model
 (``x86tso-mixed.cat``, herd7's x86-TSO for X86_64, and ``aarch64.cat``): ``Never`` means the model forbids the
 shape's forbidden outcome, ``Sometimes`` that it allows it. The litmus tests are the repository's
-``spec/litmus/<ARCH>/*.litmus`` (shipped in the package); tests/test_herd.py runs herd7 on each of
+``spec/litmus/<ARCH>/*.litmus`` (shipped in the package); tests/proofs/test_herd.py runs herd7 on each of
 them and fails if any answer differs from :data:`VERDICTS`, so this table is herd7's, not typed in.
 
 The scenario reads only this table (no herd7 at run time): a control the model allows
@@ -39,7 +39,7 @@ HUNT_SHAPE = ("eventcount", "F6N")
 
 #: {architecture: {shape: {run: verdict}}}, run "shipped" or the control's fence point; a verdict is
 #: "Never" | "Sometimes", or {RMW variant: verdict} where the variants differ (AArch64 "lse", "llsc").
-#: Re-derived from spec/litmus/ by tests/test_herd.py (herd7 7.57); do not edit by hand.
+#: Re-derived from spec/litmus/ by tests/proofs/test_herd.py (herd7 7.57); do not edit by hand.
 VERDICTS: dict[str, dict[str, dict[str, str]]] = {
     "X86_64": {
         "eventcount": {"shipped": "Never", "F6N": "Sometimes", "F6W": "Never"},

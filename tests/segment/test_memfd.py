@@ -515,7 +515,7 @@ if __name__ == "__main__":
 @pytest.mark.skipif(not can_mount_small_shm(), reason="needs root and unshare to mount a 64 MB /dev/shm")
 def test_queue_of_160_mib_with_3_readers_under_a_64_mb_dev_shm(tmp_path):
     script = tmp_path / "queue_under_small_shm.py"
-    script.write_text(_QUEUE_UNDER_SMALL_SHM.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    script.write_text(_QUEUE_UNDER_SMALL_SHM.format(tests=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     r = python_under_small_shm("64m", [str(script)], timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "KIND memfd" in r.stdout and "OK True" in r.stdout and "LEFT []" in r.stdout

@@ -4,7 +4,7 @@ cancelled) or leaves it whole (slots kept, remote send owed and resumable), and 
 only on whether the publish let something out (the protocol core's decision, which it reports
 by calling ``unpublished``). The collaborators are stand-ins that record what was done to them
 and raise where a test says; the end-to-end paths (real rings, arenas and sockets, an exception
-at every step point of the writer) are tests/test_endpoint.py's, tests/test_arena.py's and
+at every step point of the writer) are tests/protocol/test_endpoint.py's, tests/segment/test_arena.py's and
 tests/remote/test_wire_exceptions.py's."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ import pytest
 
 from _csource import c_unit, spec_tagged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PKG = SRC / "ringcast"
 LAB = SRC / "ringcast_lab"
@@ -353,7 +353,7 @@ def _core_step_functions() -> set[str]:
 def test_only_the_core_calls_the_c_steps():
     """A ring step's C function (core/rc_steps.c) is called only by the protocol core (rc_core.c,
     rc_wait.c, and the test build's rc_planted.c): the CPython binding (_protocol*.c) names none
-    (tests/test_endpoint.py checks its calls too), and the core's sequence calls each."""
+    (tests/protocol/test_endpoint.py checks its calls too), and the core's sequence calls each."""
     fns = _core_step_functions()
     assert {"writer_claim", "writer_publish", "reader_copy", "reader_ack", "reader_check_evicted"} <= fns, fns
     bad = {f"{f.name}: {fn}" for f in sorted((PKG / "binding").glob("_protocol*.c")) for fn in fns if re.search(rf"\b{fn}\b", f.read_text())}

@@ -22,7 +22,7 @@ import pytest
 
 from _csource import spec_tagged
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
 SRC = ROOT / "src" / "ringcast"
 TLC_PY = ROOT / "tools" / "tlc.py"

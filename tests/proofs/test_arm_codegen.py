@@ -40,7 +40,7 @@ import pytest
 
 from _csource import c_unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "ringcast"
 LAB = ROOT / "src" / "ringcast_lab"
 C_FILE = SRC / "binding" / "_atomics.c"

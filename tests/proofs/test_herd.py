@@ -4,7 +4,7 @@ Each litmus shape of ``ringcast_lab._litmus`` is written as a herd7 litmus test 
 run (``spec/litmus/<ARCH>/<shape>+<run>[+<variant>].litmus``, run ``shipped`` or a fence point's
 control), in the instructions the shipped build emits (checked below against the compiler's
 assembly of src/ringcast_lab/litmus/_litmus.c: the host's gcc for X86_64, aarch64-linux-gnu-gcc for AArch64,
-as tests/test_arm_codegen.py builds it). herd7 (herdtools7 7.57, built by tools/build_herd7.sh into
+as tests/proofs/test_arm_codegen.py builds it). herd7 (herdtools7 7.57, built by tools/build_herd7.sh into
 ~/.cache/ringcast-tools) answers ``Never`` or ``Sometimes`` for each against ``x86tso-mixed.cat`` /
 ``aarch64.cat``; every answer must equal :data:`ringcast_lab.stress.arch_model.VERDICTS`, every
 shipped run must be ``Never``, and a table with one entry changed by hand must be told apart.
@@ -25,7 +25,7 @@ import pytest
 
 from ringcast_lab.stress.arch_model import MODELS, VERDICTS, control_verdict, rmw_variant
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LITMUS_DIR = ROOT / "spec" / "litmus"
 SHAPES = {"eventcount": ("F6N", "F6W"), "mp": ("F3", "F4"), "mp_readflag": ("F7", "F4"), "rtr": ("F5", "F1")}
 CACHE = Path(os.environ.get("RINGCAST_TOOLS_CACHE", Path.home() / ".cache" / "ringcast-tools")) / "herdtools7-7.57"

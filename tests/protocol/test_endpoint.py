@@ -134,7 +134,7 @@ def test_a_failing_unpublished_callback_chains_the_abort(ring):
     assert ring.flags(0)[0] == 1
 
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "ringcast"
+SRC = Path(__file__).resolve().parents[2] / "src" / "ringcast"
 #: the core's step functions (core/rc_steps.c) and sequence parts: only the core calls them
 STEPS = re.compile(r"(?<![\w\".])(writer_(claim|clear_written|write_payload|clear_read_flag|publish|evict)|reader_(load_written|load_read_flag|"
                    r"copy|check_evicted|ack)|rc_notify|claim|clear_and_publish|begin|aborted|side_wait|park|look)\(")

@@ -36,7 +36,7 @@ def test_stress_quick_passes(tmp_path: Path):
     assert f"VERDICT: {summary['verdict']}" in p.stdout
     assert len(summary["scenarios"]) >= 7
     for sc in summary["scenarios"]:
-        if sc.get("kind") == "fences":  # litmus tests, no messages (tests/test_stress.py)
+        if sc.get("kind") == "fences":  # litmus tests, no messages (tests/lab/test_stress.py)
             continue
         assert sc["latency"]["samples"] > 0, sc["name"]
     assert "# ringcast stress report" in (out / "report.md").read_text()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LITMUS_C = ROOT / "src" / "ringcast_lab" / "litmus" / "_litmus.c"
 CAP = 20_000_000
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")

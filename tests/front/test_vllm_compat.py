@@ -36,7 +36,7 @@ from ringcast.roles import Role
 from _procs import CTX, Children
 from _thread_group import run_group
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: ../shared/peers of the main checkout; a worktree under <project>/wt/<name> finds it two levels up.
 PEER_DIR = Path(os.environ.get("RINGCAST_VLLM_PEER_DIR") or next(
     (p for p in (ROOT.parent / "shared" / "peers", ROOT.parent.parent / "shared" / "peers") if (p / "vllm_peer.py").is_file()),
@@ -131,7 +131,7 @@ def incompatibilities(theirs: dict, ours: dict) -> list[str]:
 #: What a child interpreter runs first: vLLM's module as ``mod`` (or a line saying why not).
 _PEER_PRELUDE = """
 import json, sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path[:0] = sys.argv[1:]  # the peer, this file's folder, and tests/ (its helpers)
 import vllm_peer, test_vllm_compat as t
 try:
     mod = vllm_peer.load_vllm_shm_broadcast()
@@ -163,7 +163,7 @@ def vllm_surface() -> dict:
     if not manifest.is_file():
         pytest.skip(f"vLLM {vllm_peer.VLLM_VERSION}'s sources are not extracted ({manifest} missing): run "
                     f"`python3 {PEER_DIR / 'vllm_peer.py'} setup` once (it downloads the wheel)")
-    r = subprocess.run([sys.executable, "-c", _PEER_SCRIPT, str(PEER_DIR), str(Path(__file__).parent)],
+    r = subprocess.run([sys.executable, "-c", _PEER_SCRIPT, str(PEER_DIR), str(Path(__file__).parent), str(Path(__file__).parents[1])],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -699,7 +699,7 @@ def vllm_behaviour(vllm_surface) -> dict:
     """Every scenario run on vLLM 0.33's class, in one child (with $VLLM_RINGBUFFER_WARNING_INTERVAL
     set to 7, to see vLLM read it)."""
     env = dict(os.environ, VLLM_RINGBUFFER_WARNING_INTERVAL="7")
-    r = subprocess.run([sys.executable, "-c", _SCENARIO_SCRIPT, str(PEER_DIR), str(Path(__file__).parent)],
+    r = subprocess.run([sys.executable, "-c", _SCENARIO_SCRIPT, str(PEER_DIR), str(Path(__file__).parent), str(Path(__file__).parents[1])],
                        capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])

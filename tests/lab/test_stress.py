@@ -224,7 +224,7 @@ def test_suite_outputs(tmp_path: Path):
     assert "VERDICT: PASS" in text and "tiny" in text
 
 
-# -- the fences scenario (litmus tests; ringcast_lab.stress.fences, tests/test_litmus.py) -----------
+# -- the fences scenario (litmus tests; ringcast_lab.stress.fences, tests/proofs/test_litmus.py) -----------
 
 def _fences(**kw) -> Scenario:
     base = dict(name="fences", kind="fences", description="d", stresses="s", iterations=20_000, quick_iterations=20_000,
@@ -592,7 +592,7 @@ def test_until_seen_runs_an_unseen_allowed_control_on(monkeypatch):
 def test_the_litmus_child_is_not_imported_by_its_package():
     """`python -m ringcast_lab.stress.litmus_child` must not find itself already imported by
     ringcast_lab.stress (runpy's RuntimeWarning, an error under PYTHONWARNINGS=error::RuntimeWarning as
-    tests/test_cli.py runs it): nothing the package imports may import the child module."""
+    tests/lab/test_cli.py runs it): nothing the package imports may import the child module."""
     import os
     import subprocess
     import sys

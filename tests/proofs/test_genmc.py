@@ -10,7 +10,7 @@ a harness error) is a failure, not a pass: the verdict is read from GenMC's own 
 GenMC is found at $RINGCAST_GENMC or in the cache tools/build_genmc.sh builds into; without it
 the module skips, unless RINGCAST_REQUIRE_GENMC=1 (CI), where a missing GenMC fails.
 
-Run as a script (``python3 tests/test_genmc.py``) it prints the table docs/spec.md quotes.
+Run as a script (``python3 tests/proofs/test_genmc.py``) it prints the table docs/spec.md quotes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HARNESSES = ROOT / "verify" / "genmc"
 VERSION = "0.10.3"
 # Seconds per GenMC run: a guard against a hang, never a verdict. The slowest case in this module
