@@ -293,6 +293,18 @@ def test_modules_are_not_too_long():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
+def test_tests_are_grouped_by_component():
+    """tests/ keeps shared helpers at its top and each test file in its component's folder, each
+    folder named in README.md's map, each file name once (docs cite tests by file name)."""
+    tests = ROOT / "tests"
+    assert not sorted(p.name for p in tests.glob("test_*.py")), "a test file at the top of tests/: move it to its component"
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    readme = (ROOT / "README.md").read_text()
+    assert not {f for f in folders if f"`{f}/`" not in readme}, "a test folder missing from README.md's map"
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
 def test_the_tlc_library_imports_nothing_of_the_protocol():
     """ringcast_lab.tlc (the TLC driver: ringcast spec, tools/tlc.py, trace validation) imports only
     itself and the shipped files (ringcast_lab._bundled); the package imports no repository
