@@ -36,7 +36,10 @@ authenticated as with CurveZMQ, at about half its cost per MiB on the machine me
 
 * **When.** The queue seals a message in ``enqueue``, before publishing it to local readers or
   sending anything, straight from the caller's buffers: the sealed frames are the message's own
-  copy (copy-at-enqueue), so a send an exception cut short goes on with them.
+  copy (copy-at-enqueue), so a send an exception cut short goes on with them. A large frame is
+  sealed whole, in one ZeroMQ message: sealed in pieces sent as messages of their own (the
+  reader opening one while the next is on the wire) it was slower on the 2-core machine measured
+  (``tools/bench_pieces.py``; docs/performance.md, "Overlapping the cipher with the send").
 
 Not covered: the writer's READY (five fixed bytes, carrying nothing) is not sealed, and whoever
 is on the network path can still drop messages or the connection, as with CurveZMQ.
