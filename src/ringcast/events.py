@@ -215,7 +215,8 @@ class EventLoopWaits:
         between tries (the only await: a cancellation lands there, before anything is taken)."""
         timeout = as_timeout(timeout)  # as dequeue reads it: negative = expired (one attempt), inf = none
         loop = asyncio.get_running_loop()
-        fd = self.fileno()
+        self.fileno()
+        fd = self._descriptor.loop_fileno()  # not fileno() itself: the caller may have registered that in this loop
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             result = attempt()

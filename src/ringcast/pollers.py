@@ -70,10 +70,11 @@ class WakePipe:
         self.r = self.w = -1
 
 
-def _close_all(epoll, pipe: WakePipe, peers: dict) -> None:
-    for fd in peers.values():
+def _close_all(epoll, pipe: WakePipe, peers: dict, dup: list) -> None:
+    for fd in [*peers.values(), *dup]:
         os.close(fd)
     peers.clear()
+    dup.clear()
     epoll.close()
     if pipe.r >= 0:
         pipe.close()
@@ -88,11 +89,21 @@ class Descriptor:
         self.pipe = WakePipe()
         self._epoll = select.epoll()  # close-on-exec
         self._peers: dict[int, int] = {}  # key -> pidfd
-        self._close = weakref.finalize(self, _close_all, self._epoll, self.pipe, self._peers)
+        self._dup: list[int] = []  # loop_fileno()'s, once made
+        self._close = weakref.finalize(self, _close_all, self._epoll, self.pipe, self._peers, self._dup)
         self._epoll.register(self.pipe.r, select.EPOLLIN)
 
     def fileno(self) -> int:
         return self._epoll.fileno()
+
+    def loop_fileno(self) -> int:
+        """A duplicate of :meth:`fileno` (the same epoll set under another number), made once: what
+        the queue's own coroutines register with ``loop.add_reader``, which keeps one callback per
+        number, so a caller's ``add_reader(q.fileno(), ...)`` in the same loop is neither replaced
+        nor removed by them."""
+        if not self._dup:
+            self._dup.append(os.dup(self._epoll.fileno()))  # non-inheritable, as os.dup makes it
+        return self._dup[0]
 
     def watch_process(self, key: int, pid: int, start: int) -> bool:
         """Readable once process ``pid`` (started at ``start``, clock ticks: :mod:`ringcast.identity`)

@@ -366,6 +366,30 @@ def test_async_writer_waits_for_room_and_consumption(pair):
         asyncio.run(r.enqueue_async(1))
 
 
+def test_a_callers_add_reader_on_fileno_outlives_the_queues_own_awaits(pair):
+    """asyncio keeps one reader callback per descriptor number: the queue's coroutines register
+    a duplicate of fileno(), so a caller's own add_reader(fileno(), ...) in the same loop is
+    neither replaced while they wait nor removed when they return."""
+    w, (r,) = pair.w, pair.rs
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        fired = asyncio.Event()
+        loop.add_reader(r.fileno(), fired.set)
+        try:
+            loop.call_later(0.01, w.enqueue, 1)
+            assert await r.dequeue_async(timeout=30) == 1  # awaited while the caller's callback is registered
+            assert fired.is_set()  # both callbacks ran when the message came
+            fired.clear()
+            w.enqueue(2)
+            await asyncio.wait_for(fired.wait(), 10)  # the caller's callback is still there once the await returned
+            assert r.dequeue_nowait() == 2
+        finally:
+            loop.remove_reader(r.fileno())
+
+    asyncio.run(run())
+
+
 def test_a_message_sent_before_the_writer_died_is_delivered_then_the_death_is_named():
     """The writer publishes, then is killed: the reader (with a descriptor, which the death makes
     readable) first gets the message, and only the next call raises DeadWriterError (the
