@@ -55,9 +55,9 @@ def io_threads(n_remote_reader: int) -> int:
     """ZeroMQ I/O threads for a writer's context: 2 with two remote readers or more, else 1.
     libzmq serves each connection from one I/O thread, which under CURVE encrypts every message
     once for that connection: with one thread, three readers' copies of a 1 MiB message are
-    encrypted one after the other. Measured side by side (tools/bench_io_threads.py;
-    docs/performance.md, "Fourth round"): with 2, 1 MiB to 2 or 3 readers took 0.72-1.01x the
-    time in four runs, 256 B stayed within the noise. More than 2 was not measured (2 cores)."""
+    encrypted one after the other. Measured side by side (tools/bench_io_threads.py; docs/performance.md,
+    "Remote readers: the modes and what they cost"): with 2, 1 MiB to 2 or 3 readers took 0.72-1.01x
+    the time in four runs, 256 B stayed within the noise. More than 2 was not measured (2 cores)."""
     return 2 if n_remote_reader > 1 else 1
 
 

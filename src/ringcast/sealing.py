@@ -6,7 +6,7 @@ its answer, and every frame of every message the writer sends after the topic se
 AES-256-GCM (OpenSSL through the ``cryptography`` package, ``pip install 'ringcast[aes]'``;
 AES-NI and PCLMULQDQ where the CPU has them). What crosses the network is then confidential and
 authenticated as with CurveZMQ, at about half its cost per MiB on the machine measured
-(docs/performance.md, "Security that costs what the hardware allows").
+(docs/performance.md, "Remote readers: the modes and what they cost").
 
 * **Keys.** The writer draws one random 256-bit message key when it is made (:class:`Sealer`),
   so a message is sealed once whatever the number of readers. Each reader connection gets it
@@ -39,7 +39,7 @@ authenticated as with CurveZMQ, at about half its cost per MiB on the machine me
   copy (copy-at-enqueue), so a send an exception cut short goes on with them. A large frame is
   sealed whole, in one ZeroMQ message: sealed in pieces sent as messages of their own (the
   reader opening one while the next is on the wire) it was slower on the 2-core machine measured
-  (``tools/bench_pieces.py``; docs/performance.md, "Overlapping the cipher with the send").
+  (``tools/bench_pieces.py``; docs/performance.md, "Remote readers per message": what the floors show).
 
 Not covered: the writer's READY (five fixed bytes, carrying nothing) is not sealed, and whoever
 is on the network path can still drop messages or the connection, as with CurveZMQ.
