@@ -32,7 +32,9 @@
 (*     receive interrupted (RecvInt) and remote readers (Remote),          *)
 (*   - the descriptor wait (Pollers, RecheckPoll, PollCountFirst;        *)
 (*     core/rc_poll.c): readers that wait in an event loop on a descriptor *)
-(*     the writer signals.                                                 *)
+(*     the writer signals, and (WriterPolls, ConsumedWait) the writer      *)
+(*     waiting on its own descriptor for a free chunk or for every reader  *)
+(*     done, signalled by the readers' notifies.                           *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -106,11 +108,19 @@ CONSTANTS
                     \*   (core/rc_poll.c's descriptor wait) instead of parking
                     \*   on the eventcount; with Parking (the writer notifies)
     RecheckPoll,    \* a poller looks again after arming (PollRecheck)
-    PollCountFirst  \* PollArm increments the armed pollers' count before it
+    PollCountFirst, \* PollArm increments the armed pollers' count before it
                     \*   sets its flag (and undoes the increment if the flag
                     \*   was set): core/rc_poll.c as shipped; FALSE: the flag
                     \*   first, then the count if the flag was 0 (the code
                     \*   of 9ca9df0, which lost a wake-up: poll_flag_first_nr2)
+    WriterPolls,    \* the writer waits on its descriptor in an event loop
+                    \*   (rc_writer_poll: enqueue_async) instead of parking
+                    \*   when its chunk is not free; the readers' notifies
+                    \*   after their acks load writer_pollers and signal it
+    ConsumedWait    \* with WriterPolls: after its last message the writer
+                    \*   waits on its descriptor until every reader has
+                    \*   acked the last published chunk
+                    \*   (rc_writer_poll_consumed: wait_consumed_async)
 
 Chunks  == 0 .. N - 1
 Readers == 0 .. NR - 1
@@ -142,6 +152,12 @@ ASSUME /\ N \in Nat \ {0} /\ NR \in Nat \ {0} /\ M \in Nat
        /\ FalseSuspect \subseteq Readers /\ (FalseSuspect # {} => Evict)
        /\ Pollers \subseteq Readers /\ RecheckPoll \in BOOLEAN /\ PollCountFirst \in BOOLEAN
        /\ Pollers # {} => Parking /\ ~Spin
+       /\ WriterPolls \in BOOLEAN /\ ConsumedWait \in BOOLEAN
+       \* the writer's descriptor wait is modelled with the readers parking or
+       \* polling (they notify after their acks), without eviction (the poll
+       \* round's idle check), aborts, the arena or remote readers
+       /\ WriterPolls => Parking /\ ~Spin /\ ~Evict /\ Abort = "none" /\ S = 0
+       /\ ConsumedWait => WriterPolls
 
 (* Shared-memory addresses: <<kind, chunk, reader>>.                       *)
 WAddr(c)    == <<"W", c, -1>>     \* written byte of chunk c
@@ -221,11 +237,13 @@ VARIABLES
                \*   reliable and in order: what each remote reader receives)
     rowed,     \* with Remote = "owed": a published message whose remote
                \*   send an exception cut short (0: none)
-    pflag,     \* [Readers -> {0,1}] memory: reader r's poll flag (1: armed;
-               \*   only RMWs touch it: seq_cst exchanges)
-    pcount,    \* memory: the armed pollers' count reader_pollers (kept by
+    pflag,     \* [Procs -> {0,1}] memory: p's poll flag (1: armed; the
+               \*   writer's at Wr; only RMWs touch it: seq_cst exchanges)
+    pcount,    \* [ECs -> Int] memory: the armed pollers' counts, "R" the
+               \*   readers' (reader_pollers), "W" the writer's
+               \*   (writer_pollers), indexed like waiters by EC(p) (kept by
                \*   whoever flips a flag; it may wrap below 0 for a moment)
-    desc       \* [Readers -> BOOLEAN] reader r's descriptor is readable (its
+    desc       \* [Procs -> BOOLEAN] p's descriptor is readable (its
                \*   wake pipe holds a byte: signalled since its last drain)
 
 amem   == <<aw, arel, adata, evw>>
@@ -279,6 +297,9 @@ LateRingClaim == MM = "RELAXED" /\ LoadBuffering /\ ~F1
 ECs    == {"R", "W"}
 EC(p)  == IF p = Wr THEN "W" ELSE "R"
 NEC(p) == IF p = Wr THEN "R" ELSE "W"
+
+\* p waits on a descriptor (core/rc_poll.c), not on the eventcount.
+Polls(p) == IF p = Wr THEN WriterPolls ELSE p \in Pollers
 
 
 MemVal(a) == CASE a[1] = "W" -> written[a[2]]
@@ -342,11 +363,11 @@ DrainStore(p) ==
 DrainAnnounce(p) ==
     /\ annc[p]
     /\ annc' = [annc EXCEPT ![p] = FALSE]
-    /\ IF p \notin Pollers
+    /\ IF ~Polls(p)
        THEN waiters' = [waiters EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED <<pcount, pflag>>
        ELSE IF PollCountFirst
        THEN pflag' = [pflag EXCEPT ![p] = 1] /\ UNCHANGED <<waiters, pcount>>
-       ELSE pcount' = pcount + 1 /\ UNCHANGED <<waiters, pflag>>
+       ELSE pcount' = [pcount EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED <<waiters, pflag>>
     /\ UNCHANGED <<mem, sb, pc, wvars, rvars, hvars, fifo, moved, rechk, desc>>
 
 Drain(p) == DrainStore(p) \/ DrainAnnounce(p)
@@ -365,9 +386,15 @@ Ready(p) == IF p = Wr THEN Claimable ELSE ReaderReady(p)
 \* Where the writer starts a message: the arena's placement comes first.
 WTop == IF S > 0 THEN "a_claim" ELSE "claim"
 
+\* The writer's look: for a free chunk (WriterClaim), or after its last
+\* message, with ConsumedWait, for every reader done (WriterConsumed).
+WLook == IF msg > M THEN "consumed" ELSE "claim"
+\* Where the writer ends: "done", or after the consumed wait.
+WEnd == IF ConsumedWait THEN "consumed" ELSE "done"
+
 \* Where a process continues after parking / after notifying.
-LoopTop(p) == IF p = Wr THEN "claim" ELSE "load_w"
-AfterNotify(p) == IF p = Wr THEN (IF msg > M THEN "done" ELSE WTop)
+LoopTop(p) == IF p = Wr THEN WLook ELSE "load_w"
+AfterNotify(p) == IF p = Wr THEN (IF msg > M THEN WEnd ELSE WTop)
                   ELSE (IF mk[p] THEN "recv" ELSE "load_w")
 
 -----------------------------------------------------------------------------
@@ -394,13 +421,20 @@ WNextStep ==
          /\ pc' = [pc EXCEPT ![Wr] = IF Parking THEN "notify_load"
                                      ELSE IF msg + 1 > M THEN "done" ELSE WTop]
 
+\* With WriterPolls the writer waits on its descriptor (rc_writer_poll):
+\* a failed look goes to PollDrain, the re-check (PollRecheck's load) to
+\* PollDisarm or the sleep.
+WRetire == IF WriterPolls THEN "poll_disarm" ELSE "park_retire"
+WSleep  == IF WriterPolls THEN "poll_sleep" ELSE "park_sleep"
+WWait   == IF WriterPolls THEN "poll_drain" ELSE "park_snap"
+
 \* core/rc_steps.c::writer_claim
 WriterClaim ==
     /\ pc[Wr] = "claim"
     /\ msg <= M /\ rowed = 0
-    /\ IF rechk[Wr]           \* ParkRecheck's load: retire (and go on), or sleep
-       THEN /\ pc' = [pc EXCEPT ![Wr] = IF Claimable THEN "park_retire"
-                                                    ELSE "park_sleep"]
+    /\ IF rechk[Wr]           \* ParkRecheck's (PollRecheck's) load: retire
+                              \* (disarm) and go on, or sleep
+       THEN /\ pc' = [pc EXCEPT ![Wr] = IF Claimable THEN WRetire ELSE WSleep]
             /\ rechk' = [rechk EXCEPT ![Wr] = Claimable]
             /\ UNCHANGED <<wk, wr>>
        ELSE IF Claimable
@@ -408,7 +442,7 @@ WriterClaim ==
             /\ pc' = [pc EXCEPT ![Wr] = Order[1]]
             /\ UNCHANGED rechk
        ELSE /\ Parking        \* without parking the writer keeps spinning here
-            /\ pc' = [pc EXCEPT ![Wr] = "park_snap"]
+            /\ pc' = [pc EXCEPT ![Wr] = WWait]
             /\ UNCHANGED <<wk, wr, rechk>>
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc, pvars>>
 
@@ -855,14 +889,14 @@ ParkRetire(p) ==
     /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, annc, pvars>>
 
 \* After the same fence rc_notify loads the armed pollers' count too (the
-\* descriptor wait: the writer's, of reader_pollers; a reader's of
-\* writer_pollers, 0 here: the writer does not poll in this model); the two
-\* loads are one step.
+\* descriptor wait: the writer's, of reader_pollers, pcount["R"]; a
+\* reader's, after its ack, of writer_pollers, pcount["W"], which only a
+\* writer of WriterPolls moves); the two loads are one step.
 \* core/rc_wait.c::rc_notify_load_waiters
 NotifyLoadWaiters(p) ==
     /\ pc[p] = "notify_load"
     /\ F6N => BufEmpty(p)   \* full fence: publish/ack store before this load
-    /\ LET sig == p = Wr /\ pcount # 0 IN
+    /\ LET sig == pcount[NEC(p)] # 0 IN
        pc' = [pc EXCEPT ![p] = IF waiters[NEC(p)] > 0
                                THEN IF sig THEN "notify_wake_poll" ELSE "notify_wake"
                                ELSE IF sig THEN "notify_signal" ELSE AfterNotify(p)]
@@ -875,7 +909,7 @@ NotifyWake(p) ==
     \* normalised to FALSE for processes that are not between ParkSnapshot
     \* and ParkRetire: it is unused there.)
     /\ moved' = [q \in Procs |->
-                   IF EC(q) = NEC(p) /\ q \notin Pollers
+                   IF EC(q) = NEC(p) /\ ~Polls(q)
                    THEN \/ pc[q] \in {"park_announce", "park_recheck", "park_sleep"}
                         \/ rechk[q] /\ pc[q] # "park_retire"
                    ELSE moved[q]]
@@ -887,16 +921,28 @@ NotifyWake(p) ==
 (********************** descriptor wait (core/rc_poll.c) ********************)
 (* A reader of Pollers waits in an event loop, not on the eventcount: after *)
 (* a failed look it drains its descriptor (PollDrain), arms its poll flag   *)
-(* (PollArm: flag := 1 by an exchange, and if it was 0 the armed pollers'   *)
-(* count += 1, two RMWs; then F6W), looks again (PollRecheck: the look's    *)
-(* own load steps, flagged by rechk) and, not ready, sleeps until its       *)
-(* descriptor is readable (PollWake); ready, it disarms (PollDisarm) and    *)
-(* copies.  The writer's notify loads the count after F6N (in               *)
-(* NotifyLoadWaiters) and, if it is not 0, clears each armed flag by an     *)
-(* exchange, decrements the count and signals that reader's descriptor      *)
-(* (NotifySignal, one reader per step).  No lost wake-up: NoLostPoll.       *)
-(* RELAXED without F6W: the count's increment may become visible after the  *)
-(* re-check's loads (annc, DrainAnnounce), as ParkAnnounce's.               *)
+(* (PollArm: the armed pollers' count += 1, then flag := 1 by an exchange,  *)
+(* the increment undone if it was 1, two RMWs; then F6W), looks again       *)
+(* (PollRecheck: the look's own load steps, flagged by rechk) and, not      *)
+(* ready, sleeps until its descriptor is readable (PollWake); ready, it     *)
+(* disarms (PollDisarm) and copies.  The writer's notify loads the count    *)
+(* after F6N (in NotifyLoadWaiters) and, if it is not 0, clears each armed  *)
+(* flag by an exchange, decrements the count and signals that reader's     *)
+(* descriptor (NotifySignal, one reader per step).  No lost wake-up:        *)
+(* NoLostPoll.  RELAXED without F6W: the arm's second RMW may become        *)
+(* visible after the re-check's loads (annc, DrainAnnounce), as             *)
+(* ParkAnnounce's increment.                                                *)
+(*                                                                         *)
+(* WriterPolls: the writer waits the same way (rc_writer_poll, through     *)
+(* writer_round and poll_round: enqueue_async), with the same steps on its *)
+(* own flag (pflag[Wr]) and count (writer_pollers, pcount["W"]): a failed  *)
+(* WriterClaim drains, arms, re-checks (WriterClaim's load, rechk), and    *)
+(* sleeps or disarms and goes on with the chunk.  Each reader's notify     *)
+(* after its ack loads writer_pollers after F6N and, if it is not 0,       *)
+(* clears the writer's flag and signals it (NotifySignal(r)).  With        *)
+(* ConsumedWait the writer, after its last message, waits so for every     *)
+(* reader done with the last published chunk (rc_writer_poll_consumed:    *)
+(* its look WriterConsumed).  No lost wake-up: NoLostWriterPoll.           *)
 
 AfterArm == IF RecheckPoll THEN "poll_recheck" ELSE "poll_sleep"
 
@@ -905,10 +951,10 @@ AfterArm == IF RecheckPoll THEN "poll_recheck" ELSE "poll_sleep"
 \* it readable.  (The code drains before the round's look; no signal can
 \* come between that look and the arm, the flag being 0 there.)
 \* (no step point: ringcast/pollers.py's wake pipe, drained by events.py)
-PollDrain(r) ==
-    /\ pc[r] = "poll_drain"
-    /\ desc' = [desc EXCEPT ![r] = FALSE]
-    /\ pc' = [pc EXCEPT ![r] = "poll_arm"]
+PollDrain(p) ==
+    /\ pc[p] = "poll_drain"
+    /\ desc' = [desc EXCEPT ![p] = FALSE]
+    /\ pc' = [pc EXCEPT ![p] = "poll_arm"]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, rechk, pflag, pcount>>
 
 \* Two RMWs (seq_cst: release, own earlier stores first), each a step, then
@@ -920,84 +966,116 @@ PollDrain(r) ==
 \* flag between the two decrements the count before this increment, and the
 \* count may then read 0 while another poller is armed
 \* (poll_flag_first_nr2's counterexample).  Without F6W (LateAnnc) the
-\* second RMW becomes visible late (DrainAnnounce).
+\* second RMW becomes visible late (DrainAnnounce).  The count is p's side's
+\* (pcount[EC(p)]: reader_pollers, or the writer's writer_pollers).
 \* core/rc_poll.c::poll_arm
-PollArm(r) ==
-    /\ \/ /\ pc[r] = "poll_arm" /\ ~PollCountFirst
-          /\ BufEmpty(r)
-          /\ pflag' = [pflag EXCEPT ![r] = 1]
-          /\ pc' = [pc EXCEPT ![r] = IF pflag[r] = 0 THEN "poll_count" ELSE AfterArm]
+PollArm(p) ==
+    /\ \/ /\ pc[p] = "poll_arm" /\ ~PollCountFirst
+          /\ BufEmpty(p)
+          /\ pflag' = [pflag EXCEPT ![p] = 1]
+          /\ pc' = [pc EXCEPT ![p] = IF pflag[p] = 0 THEN "poll_count" ELSE AfterArm]
           /\ UNCHANGED <<pcount, annc>>
-       \/ /\ pc[r] = "poll_count"
+       \/ /\ pc[p] = "poll_count"
           /\ IF LateAnnc          \* RELAXED, no F6W: the increment lands later
-             THEN annc' = [annc EXCEPT ![r] = TRUE] /\ UNCHANGED pcount
-             ELSE pcount' = pcount + 1 /\ UNCHANGED annc
-          /\ pc' = [pc EXCEPT ![r] = AfterArm]
+             THEN annc' = [annc EXCEPT ![p] = TRUE] /\ UNCHANGED pcount
+             ELSE pcount' = [pcount EXCEPT ![EC(p)] = @ + 1] /\ UNCHANGED annc
+          /\ pc' = [pc EXCEPT ![p] = AfterArm]
           /\ UNCHANGED pflag
-       \/ /\ pc[r] = "poll_arm" /\ PollCountFirst
-          /\ BufEmpty(r)
-          /\ pcount' = pcount + 1
-          /\ pc' = [pc EXCEPT ![r] = "poll_flag"]
+       \/ /\ pc[p] = "poll_arm" /\ PollCountFirst
+          /\ BufEmpty(p)
+          /\ pcount' = [pcount EXCEPT ![EC(p)] = @ + 1]
+          /\ pc' = [pc EXCEPT ![p] = "poll_flag"]
           /\ UNCHANGED <<pflag, annc>>
-       \/ /\ pc[r] = "poll_flag"
-          /\ IF pflag[r] = 1       \* armed already: undo the increment
-             THEN pcount' = pcount - 1 /\ UNCHANGED <<pflag, annc>>
+       \/ /\ pc[p] = "poll_flag"
+          /\ IF pflag[p] = 1       \* armed already: undo the increment
+             THEN pcount' = [pcount EXCEPT ![EC(p)] = @ - 1] /\ UNCHANGED <<pflag, annc>>
              ELSE IF LateAnnc      \* RELAXED, no F6W: the flag's store lands later
-             THEN annc' = [annc EXCEPT ![r] = TRUE] /\ UNCHANGED <<pflag, pcount>>
-             ELSE pflag' = [pflag EXCEPT ![r] = 1] /\ UNCHANGED <<pcount, annc>>
-          /\ pc' = [pc EXCEPT ![r] = AfterArm]
+             THEN annc' = [annc EXCEPT ![p] = TRUE] /\ UNCHANGED <<pflag, pcount>>
+             ELSE pflag' = [pflag EXCEPT ![p] = 1] /\ UNCHANGED <<pcount, annc>>
+          /\ pc' = [pc EXCEPT ![p] = AfterArm]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, rechk, desc>>
 
-\* The re-check is the reader's look (ReaderLoadWritten, ReaderLoadReadFlag,
-\* F4), flagged by rechk: its last load goes on to PollDisarm (ready) or to
-\* the sleep.  With F6W its loads wait for the count's increment (LateAnnc).
+\* The re-check is the side's look (a reader's ReaderLoadWritten,
+\* ReaderLoadReadFlag, F4; the writer's WriterClaim, or WriterConsumed),
+\* flagged by rechk: its last load goes on to PollDisarm (ready) or to the
+\* sleep.  With F6W its loads wait for the arm's second RMW (LateAnnc).
 \* core/rc_poll.c::poll_round
-PollRecheck(r) ==
-    /\ pc[r] = "poll_recheck"
-    /\ MM = "RELAXED" /\ F6W => ~annc[r]
-    /\ rechk' = [rechk EXCEPT ![r] = TRUE]
-    /\ pc' = [pc EXCEPT ![r] = "load_w"]
+PollRecheck(p) ==
+    /\ pc[p] = "poll_recheck"
+    /\ MM = "RELAXED" /\ F6W => ~annc[p]
+    /\ rechk' = [rechk EXCEPT ![p] = TRUE]
+    /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, pvars>>
 
-\* The re-check found a message: flag := 0 (an exchange) and, if it was
-\* still 1, the count -= 1 (ordered after the increment: the same word);
-\* the reader goes on to its copy (the loads and F4 are behind it).
+\* The re-check found its side ready: flag := 0 (an exchange) and, if it was
+\* still 1, the count -= 1 (ordered after the increment: the same word).  A
+\* reader goes on to its copy (the loads and F4 are behind it); the writer
+\* to the chunk it found free (enqueue_async's enqueue, whose claim finds it
+\* free again: only the writer makes a free chunk busy), or, at the end of
+\* the consumed wait, to "done".
 \* core/rc_poll.c::poll_disarm
-PollDisarm(r) ==
-    /\ pc[r] = "poll_disarm" /\ ~annc[r]
-    /\ pflag' = [pflag EXCEPT ![r] = 0]
-    /\ pcount' = IF pflag[r] = 1 THEN pcount - 1 ELSE pcount
-    /\ rechk' = [rechk EXCEPT ![r] = FALSE]
-    /\ pc' = [pc EXCEPT ![r] = "copy"]
-    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, desc>>
+PollDisarm(p) ==
+    /\ pc[p] = "poll_disarm" /\ ~annc[p]
+    /\ pflag' = [pflag EXCEPT ![p] = 0]
+    /\ pcount' = IF pflag[p] = 1 THEN [pcount EXCEPT ![EC(p)] = @ - 1] ELSE pcount
+    /\ rechk' = [rechk EXCEPT ![p] = FALSE]
+    /\ IF p = Wr /\ msg <= M
+       THEN /\ wk' = 1 /\ wr' = 0
+            /\ pc' = [pc EXCEPT ![p] = Order[1]]
+       ELSE /\ pc' = [pc EXCEPT ![p] = IF p = Wr THEN "done" ELSE "copy"]
+            /\ UNCHANGED <<wk, wr>>
+    /\ UNCHANGED <<mem, sb, w, msg, rvars, hvars, fifo, waiters, moved, annc, desc>>
 
 \* The event loop sleeps on the descriptor until it is readable, then the
-\* reader looks (its next round; no timeout: a lost wake-up is a poller
-\* asleep for good, NoLostPoll).
+\* side looks (its next round; no timeout: a lost wake-up is a poller
+\* asleep for good, NoLostPoll, NoLostWriterPoll).
 \* (no step point: the event loop's select / epoll / add_reader)
-PollWake(r) ==
-    /\ pc[r] = "poll_sleep" /\ desc[r]
-    /\ pc' = [pc EXCEPT ![r] = "load_w"]
+PollWake(p) ==
+    /\ pc[p] = "poll_sleep" /\ desc[p]
+    /\ pc' = [pc EXCEPT ![p] = LoopTop(p)]
     /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, evars>>
 
-\* The writer's signal, one reader (wr, 0 at a notify) per step: an armed
-\* flag is cleared by an exchange (an RMW: the writer's buffer drains
-\* first), the count decremented and the reader's descriptor made readable.
+\* The consumed wait's look (ConsumedWait, after the last message): the last
+\* published chunk is not written, or every (not evicted) reader has acked
+\* it; readers ack in order, so every reader is done with every message.
+\* Ready: "done"; not: the descriptor wait (PollDrain).  As the re-check
+\* (rechk): PollDisarm or the sleep.
+\* (no step point: core/rc_poll.c's writer_consumed, rc_writer_unread's scan)
+LastChunk == (w + N - 1) % N
+ConsumedLook == \/ Load(Wr, WAddr(LastChunk)) = 0
+                \/ \A r \in Readers \ evicted : Load(Wr, RAddr(LastChunk, r)) = 1
+WriterConsumed ==
+    /\ pc[Wr] = "consumed"
+    /\ IF rechk[Wr]
+       THEN /\ pc' = [pc EXCEPT ![Wr] = IF ConsumedLook THEN "poll_disarm" ELSE "poll_sleep"]
+            /\ rechk' = [rechk EXCEPT ![Wr] = ConsumedLook]
+       ELSE /\ pc' = [pc EXCEPT ![Wr] = IF ConsumedLook THEN "done" ELSE "poll_drain"]
+            /\ UNCHANGED rechk
+    /\ UNCHANGED <<mem, sb, wvars, rvars, hvars, fifo, waiters, moved, annc, pvars>>
+
+\* The notifier's signal: the writer's, one reader (wr, 0 at a notify) per
+\* step; a reader's, after its ack, of the writer (WriterPolls).  An armed
+\* flag is cleared by an exchange (an RMW: the notifier's buffer drains
+\* first), the count of its side decremented and the poller's descriptor
+\* made readable.
 \* core/rc_poll.c::notify_signal
-NotifySignal ==
-    /\ pc[Wr] = "notify_signal"
-    /\ IF pflag[wr] = 1
-       THEN /\ BufEmpty(Wr)
-            /\ pflag' = [pflag EXCEPT ![wr] = 0]
-            /\ pcount' = pcount - 1
-            /\ desc' = [desc EXCEPT ![wr] = TRUE]
+NotifySignal(p) ==
+    /\ pc[p] = "notify_signal"
+    /\ LET q == IF p = Wr THEN wr ELSE Wr IN
+       IF pflag[q] = 1
+       THEN /\ BufEmpty(p)
+            /\ pflag' = [pflag EXCEPT ![q] = 0]
+            /\ pcount' = [pcount EXCEPT ![EC(q)] = @ - 1]
+            /\ desc' = [desc EXCEPT ![q] = TRUE]
        ELSE UNCHANGED pvars
-    /\ IF wr + 1 < NR
+    /\ IF p # Wr
+       THEN pc' = [pc EXCEPT ![p] = AfterNotify(p)] /\ UNCHANGED wr
+       ELSE IF wr + 1 < NR
        THEN wr' = wr + 1 /\ UNCHANGED pc
        ELSE wr' = 0 /\ pc' = [pc EXCEPT ![Wr] = AfterNotify(Wr)]
     /\ UNCHANGED <<mem, sb, w, msg, wk, rvars, hvars, fifo, waiters, moved, annc, rechk>>
 
-Poll(r) == PollDrain(r) \/ PollArm(r) \/ PollRecheck(r) \/ PollDisarm(r) \/ PollWake(r)
+Poll(p) == PollDrain(p) \/ PollArm(p) \/ PollRecheck(p) \/ PollDisarm(p) \/ PollWake(p)
 
 -----------------------------------------------------------------------------
 (************************* tensor arena (arena.py) *************************)
@@ -1182,7 +1260,7 @@ Park(p) == ParkSnapshot(p) \/ ParkAnnounce(p) \/ ParkRecheck(p)
 
 WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
                     \/ WriterClearReadFlag \/ WriterSendOverflow \/ WriterPublish
-                    \/ Park(Wr) \/ NotifySignal
+                    \/ Park(Wr) \/ NotifySignal(Wr) \/ Poll(Wr) \/ WriterConsumed
                  /\ UNCHANGED <<xvars, avars, nvars>>
               \/ /\ \/ WriterClaimLate \/ WriterClaimLoads
                     \/ WriterRemoteSend \/ WriterRemoteAbort \/ WriterRemoteOwed
@@ -1194,7 +1272,7 @@ WriterStep == \/ /\ \/ WriterClaim \/ WriterClearWritten \/ WriterWritePayload
 \* A dead reader takes no step.
 ReaderStep(r) == /\ alive[r]
                  /\ \/ /\ \/ ReaderLoadWritten(r) \/ ReaderLoadReadFlag(r)
-                          \/ ReaderAck(r) \/ Park(r) \/ Poll(r)
+                          \/ ReaderAck(r) \/ Park(r) \/ Poll(r) \/ NotifySignal(r)
                        /\ UNCHANGED <<avars, nvars>>
                     \/ ReaderCopy(r) \/ ReaderCheckEvicted(r) \/ ReaderQuit(r)
                  /\ UNCHANGED xvars
@@ -1244,9 +1322,9 @@ Init ==
     /\ mkn     = [r \in Readers |-> 0]
     /\ rsent   = << >>
     /\ rowed   = 0
-    /\ pflag   = [r \in Readers |-> 0]
-    /\ pcount  = 0
-    /\ desc    = [r \in Readers |-> FALSE]
+    /\ pflag   = [p \in Procs |-> 0]
+    /\ pcount  = [e \in ECs |-> 0]
+    /\ desc    = [p \in Procs |-> FALSE]
 
 Next ==
     \/ WriterStep
@@ -1272,7 +1350,7 @@ PcVals == {"claim", "done", "payload_end", "load_w", "load_r", "copy",
            "a_clear_released", "a_publish", "check", "gone", "closed",
            "copy_chk", "refused", "poll_drain", "poll_arm", "poll_count", "poll_flag",
            "poll_recheck", "poll_disarm", "poll_sleep", "notify_wake_poll",
-           "notify_signal"} \cup Steps
+           "notify_signal", "consumed"} \cup Steps
 Val  == -M .. M
 
 TypeOK ==
@@ -1301,8 +1379,8 @@ TypeOK ==
     /\ vbad \in BOOLEAN /\ cp \in [Readers -> Val] /\ apend \in 0 .. S
     /\ evw \in [Readers -> {0, 1}] /\ cpend \in BOOLEAN /\ mkn \in [Readers -> 0 .. M]
     /\ rsent \in Seq(Msgs) /\ rowed \in 0 .. M
-    /\ pflag \in [Readers -> {0, 1}] /\ pcount \in -NR .. NR
-    /\ desc \in [Readers -> BOOLEAN]
+    /\ pflag \in [Procs -> {0, 1}] /\ pcount \in [ECs -> -NR .. NR]
+    /\ desc \in [Procs -> BOOLEAN]
 
 \* Index of the payload step in Order (0 if absent).
 PayIdx == IF \E k \in 1 .. Len(Order) : Order[k] = "payload"
@@ -1360,6 +1438,24 @@ NoLostPoll ==
     \A r \in Pollers :
         pc[r] = "poll_sleep" /\ ~desc[r] /\ ~Notifying
             => ~(written[i[r]] = 1 /\ rflag[i[r]][r] = 0)
+
+\* The same for the writer (WriterPolls): asleep on a descriptor that is not
+\* readable, the chunk it waits for is not free in memory (for the consumed
+\* wait: the last published chunk not acked by every reader), unless a
+\* reader is between its ack and the end of its notify (which will signal
+\* it; "copy_late": RELAXED without F5, the ack visible before the copy).
+RNotifying == \E r \in Readers :
+                  pc[r] \in {"copy_late", "notify_load", "notify_wake", "notify_wake_poll", "notify_signal"}
+WReadyMem == LET c == IF msg > M THEN LastChunk ELSE w
+             IN  written[c] = 0 \/ \A r \in Readers \ evicted : rflag[c][r] = 1
+NoLostWriterPoll ==
+    WriterPolls /\ pc[Wr] = "poll_sleep" /\ ~desc[Wr] /\ ~RNotifying => ~WReadyMem
+
+\* The consumed wait returns only once every reader has copied every
+\* message (ConsumedWait: the writer is "done" after it).
+Drained ==
+    ConsumedWait /\ pc[Wr] = "done"
+        => \A r \in Readers \ evicted : alive[r] => ncopied[r] = M - Cardinality(dropped)
 
 \* The arena: the writer never claims a slot a live view is on, and a view's
 \* slot holds the view's message (for a view not yet read) with no store of

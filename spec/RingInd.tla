@@ -80,7 +80,7 @@ Frozen ==
     /\ views = [r \in Readers |-> {}] /\ vbad = FALSE /\ cp = [r \in Readers |-> 0]
     /\ apend = 0 /\ evw = [r \in Readers |-> 0] /\ cpend = FALSE
     /\ mkn = [r \in Readers |-> 0] /\ rsent = << >> /\ rowed = 0
-    /\ pflag = [r \in Readers |-> 0] /\ pcount = 0 /\ desc = [r \in Readers |-> FALSE]
+    /\ pflag = [q \in Procs |-> 0] /\ pcount = [e \in ECs |-> 0] /\ desc = [q \in Procs |-> FALSE]
 
 \* types and the parts of the state this scope does not move
 InvTypes ==

@@ -341,8 +341,10 @@ def effective(c: dict[str, str]) -> dict[str, str]:
         drop.add("LoadBuffering")
     if c["Big"] == "{}":
         drop.add("RecvInt")
-    if c.get("Pollers", "{}") == "{}":  # the descriptor wait's switches act only on its pollers
-        drop |= {"RecheckPoll", "PollCountFirst"}
+    if c.get("Pollers", "{}") == "{}" and c.get("WriterPolls", "FALSE") != "TRUE":
+        drop |= {"RecheckPoll", "PollCountFirst"}  # the descriptor wait's switches act only on its pollers
+    if c.get("WriterPolls", "FALSE") != "TRUE":
+        drop.add("ConsumedWait")
     return {k: v for k, v in c.items() if k not in drop}
 
 
