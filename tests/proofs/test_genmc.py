@@ -139,6 +139,8 @@ N2 = ("N_CHUNKS=2", "N_READERS=1", "M=3")  # N = 2: three messages, so that the 
 FALSE_SUSPECT = ("N_CHUNKS=1", "N_READERS=1", "M=2", "DEAD_READER=0", "DEAD_AFTER=3", "H_RACY_COPY")
 # The descriptor wait: one reader polling (poll.c), N = 1, one message
 POLL = ("N_CHUNKS=1", "N_READERS=1", "M=1")
+# The writer's descriptor wait (writer_poll.c): N = 1, two messages, so that it waits for the ack
+WPOLL = ("N_CHUNKS=1", "N_READERS=1", "M=2")
 
 # ring.c's configurations the shipped build must pass under both models (harness.h: the checks)
 SHIPPED: list[tuple[str, tuple[str, ...]]] = [
@@ -160,6 +162,9 @@ SHIPPED: list[tuple[str, tuple[str, ...]]] = [
     # moves its descriptor, no timeout), M = 1 (23 executions; M = 2 is beyond this module's time
     # under IMM: N = 2 below under RC11, docs/spec.md "The descriptor wait" has the IMM runs)
     ("poll.c", POLL),
+    # The writer's descriptor wait (rc_writer_poll): asleep on its descriptor until a reader's
+    # notify after its ack signals it (240 executions; IMM 14 s, RC11 1.3 s)
+    ("writer_poll.c", WPOLL),
 ]
 
 # An abort injected at each step the writer takes (the hook fails the step: the core's error
@@ -212,6 +217,11 @@ MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
     # nobody and the reader sleeps on its descriptor forever (4 and 3 executions)
     ("poll.c", POLL, ("RINGCAST_TEST_DROP_F6W",), "Liveness violation"),
     ("poll.c", POLL, ("RINGCAST_TEST_DROP_F6N",), "Liveness violation"),
+    # the writer's: without F6W after its arm, or F6N before the reader's notify loads
+    # writer_pollers, the writer sleeps on its descriptor forever and the reader waits for message 2
+    # (GenMC names the reader's spinning pre-look, the first loop it finds; 3 executions each)
+    ("writer_poll.c", WPOLL, ("RINGCAST_TEST_DROP_F6W",), "Liveness violation"),
+    ("writer_poll.c", WPOLL, ("RINGCAST_TEST_DROP_F6N",), "Liveness violation"),
 ]
 
 # A planted bug of tests/stateful, as the core's test build has it (core/rc_planted.c): the
@@ -242,6 +252,7 @@ RC11_MUST_FAIL: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] = [
 RC11_ONLY: list[tuple[str, tuple[str, ...]]] = [
     ("ring.c", ("N_CHUNKS=1", "N_READERS=2", "M=2")),  # two readers, both live
     ("poll.c", ("N_CHUNKS=2", "N_READERS=1", "M=2")),  # the descriptor wait, two messages (1,969 executions, 25 s)
+    ("writer_poll.c", ("N_CHUNKS=2", "N_READERS=1", "M=3")),  # the writer's, the ring wrapping (630 executions, 4 s)
 ]
 
 # The N = 2 aborts run under RC11 here; under IMM only FlagOut's (the others take 12-23 s each

@@ -332,8 +332,9 @@ h_await_writer(void)
 static void
 h_await_reader(int r)
 {
-#if defined(DEAD_READER) && !defined(PARK)
-    /* With eviction the writer has no pre-look and parks in the core, so an execution can hold
+#if (defined(DEAD_READER) || defined(H_SPIN_PRELOOK)) && !defined(PARK)
+    /* With eviction the writer has no pre-look and parks in the core (writer_poll.c's writer
+     * sleeps on its descriptor: H_SPIN_PRELOOK, for the same reason), so an execution can hold
      * the writer asleep in the futex model's loop while a reader's pre-look failed. GenMC 0.10.3
      * runs its liveness check on such a blocked execution and ignores a thread blocked by an
      * assume: a failed assume-look here would be reported as a writer blocked forever (it was:
@@ -415,9 +416,13 @@ h_reader(void *arg)
     return NULL;
 }
 
-/* The readers' thread function: h_reader, or a harness's own (poll.c: H_READER_FN) */
+/* The threads' functions: h_writer and h_reader, or a harness's own (poll.c: H_READER_FN,
+ * writer_poll.c: H_WRITER_FN) */
 #ifndef H_READER_FN
 #define H_READER_FN h_reader
+#endif
+#ifndef H_WRITER_FN
+#define H_WRITER_FN h_writer
 #endif
 
 /* Set up both sides, run the writer and the readers, join, check. `dead`: the readers probe
@@ -443,7 +448,7 @@ h_run(void)
         h_reader_io[r].ctx = &h_reader_ctx[r];
         rc_reader_init(&h_rd[r], (uint32_t)r, &h_layout, &h_reader_io[r], &h_policy, &h_rc[r], &h_cancel);
     }
-    pthread_create(&w, NULL, h_writer, NULL);
+    pthread_create(&w, NULL, H_WRITER_FN, NULL);
     for (int r = 0; r < N_READERS; r++)
         pthread_create(&rd[r], NULL, H_READER_FN, (void *)(intptr_t)r);
     pthread_join(w, NULL);
