@@ -317,10 +317,25 @@ static rc_iface h_reader_io[N_READERS];
  * written = 0), and then the core waits and parks as it does in production: the park is
  * exercised in these runs too (that is how they show F6N and F6W). With -DPARK the harness calls
  * the entry points directly and every wait parks on the futex model. */
+static uint32_t h_writer_wakes; /* H_WRITER_POLLS: the writer's wake-ups (a plain counter: poll.c's h_wakes) */
+
 static void
 h_await_writer(void)
 {
-#if !defined(PARK) && !defined(DEAD_READER) /* (a dead reader is evicted from the core's wait) */
+#if defined(H_WRITER_POLLS)
+    /* writer_poll.c: the descriptor wait, as an event loop does before enqueue_async's attempt:
+     * drain the descriptor, one round rc_writer_poll(arm = 1, check = 0), not ready: sleep until
+     * a reader's notify signals it; ready: the publish's claim finds the chunk free */
+    for (;;) {
+        uint32_t drained = h_drain(RC_WRITER);
+        int ready = 0, rc = rc_writer_poll(&h_w, 1, 0, &ready);
+        assert(rc == RC_OK);
+        if (ready)
+            return;
+        h_sleep_on_descriptor(RC_WRITER, drained);
+        h_writer_wakes++;
+    }
+#elif !defined(PARK) && !defined(DEAD_READER) /* (a dead reader is evicted from the core's wait) */
     int free_ = 0;
     h_pre_look = 1;
     int rc = rc_writer_look(&h_w, &free_);
@@ -332,9 +347,9 @@ h_await_writer(void)
 static void
 h_await_reader(int r)
 {
-#if (defined(DEAD_READER) || defined(H_SPIN_PRELOOK)) && !defined(PARK)
+#if (defined(DEAD_READER) || defined(H_WRITER_POLLS)) && !defined(PARK)
     /* With eviction the writer has no pre-look and parks in the core (writer_poll.c's writer
-     * sleeps on its descriptor: H_SPIN_PRELOOK, for the same reason), so an execution can hold
+     * sleeps on its descriptor: H_WRITER_POLLS, for the same reason), so an execution can hold
      * the writer asleep in the futex model's loop while a reader's pre-look failed. GenMC 0.10.3
      * runs its liveness check on such a blocked execution and ignores a thread blocked by an
      * assume: a failed assume-look here would be reported as a writer blocked forever (it was:
@@ -416,13 +431,9 @@ h_reader(void *arg)
     return NULL;
 }
 
-/* The threads' functions: h_writer and h_reader, or a harness's own (poll.c: H_READER_FN,
- * writer_poll.c: H_WRITER_FN) */
+/* The readers' thread function: h_reader, or a harness's own (poll.c: H_READER_FN) */
 #ifndef H_READER_FN
 #define H_READER_FN h_reader
-#endif
-#ifndef H_WRITER_FN
-#define H_WRITER_FN h_writer
 #endif
 
 /* Set up both sides, run the writer and the readers, join, check. `dead`: the readers probe
@@ -448,7 +459,7 @@ h_run(void)
         h_reader_io[r].ctx = &h_reader_ctx[r];
         rc_reader_init(&h_rd[r], (uint32_t)r, &h_layout, &h_reader_io[r], &h_policy, &h_rc[r], &h_cancel);
     }
-    pthread_create(&w, NULL, H_WRITER_FN, NULL);
+    pthread_create(&w, NULL, h_writer, NULL);
     for (int r = 0; r < N_READERS; r++)
         pthread_create(&rd[r], NULL, H_READER_FN, (void *)(intptr_t)r);
     pthread_join(w, NULL);
